@@ -1,0 +1,144 @@
+#include "device.h"
+
+#include <pthread.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "error.h"
+
+namespace neuron_rt {
+
+namespace {
+std::atomic<bool> g_initialized{false};
+std::atomic<bool> g_bad_fork{false};
+thread_local int t_current_device = 0;
+constexpr int kMaxDevices = 512;
+thread_local int t_current_stream[kMaxDevices] = {};
+
+void mark_child_after_fork() {
+  if (g_initialized.load()) g_bad_fork.store(true);
+}
+}  // namespace
+
+Runtime& Runtime::get() {
+  if (g_bad_fork.load()) {
+    throw Error(ErrorCode::kBadFork,
+                "cannot re-initialize the neuron runtime in a forked subprocess: the parent "
+                "process used the neuron device before fork(). Use the 'spawn' start method "
+                "(multiprocessing.set_start_method('spawn')) or torchrun");
+  }
+  static Runtime* runtime = [] {
+    auto* made = new Runtime();  // never destroyed: tensors may outlive static destructors
+    pthread_atfork(nullptr, nullptr, &mark_child_after_fork);
+    g_initialized.store(true);
+    return made;
+  }();
+  return *runtime;
+}
+
+bool Runtime::initialized() noexcept { return g_initialized.load(); }
+bool Runtime::in_bad_fork() noexcept { return g_bad_fork.load(); }
+
+Runtime::Runtime() : topology_(Topology::from_environment()) {
+  const char* blocking = std::getenv("NEURON_LAUNCH_BLOCKING");
+  launch_blocking_ = !(blocking && std::string(blocking) == "0");
+  if (int(topology_.visible.size()) > kMaxDevices) {
+    throw Error(ErrorCode::kInvalidArgument, "more than 512 visible cores are not supported");
+  }
+  for (size_t index = 0; index < topology_.visible.size(); ++index) {
+    auto state = std::make_unique<DeviceState>();
+    state->memory = std::make_unique<DeviceMemory>(int(index), topology_.visible[index].hbm_bytes);
+    for (int id = 0; id <= kStreamPoolSize; ++id) {
+      state->streams.push_back(std::make_unique<Stream>(int(index), id, launch_blocking_));
+    }
+    devices_.push_back(std::move(state));
+  }
+}
+
+void Runtime::check_device(int device) const {
+  if (device >= 0 && device < device_count()) return;
+  const char* visible = std::getenv("NEURON_RT_VISIBLE_CORES");
+  std::string hint = device_count() == 0 ? std::string("no neuron device is visible")
+                                         : "valid indices are 0 to " + std::to_string(device_count() - 1);
+  throw Error(ErrorCode::kInvalidDevice,
+              "neuron device index " + std::to_string(device) + " is out of range: " + hint +
+                  " (" + std::to_string(device_count()) + " visible logical cores on " +
+                  std::to_string(topology_.chips) + " " + topology_.platform_name() +
+                  " chip(s), NEURON_RT_VISIBLE_CORES=" + (visible ? visible : "<unset>") + ")");
+}
+
+DeviceMemory& Runtime::memory(int device) {
+  check_device(device);
+  return *devices_[device]->memory;
+}
+
+Stream& Runtime::stream(int device, int id) {
+  check_device(device);
+  if (id < 0 || id > kStreamPoolSize) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "stream id " + std::to_string(id) + " does not exist on neuron:" + std::to_string(device));
+  }
+  return *devices_[device]->streams[id];
+}
+
+int Runtime::next_pool_stream(int device) {
+  check_device(device);
+  return 1 + devices_[device]->next_pool.fetch_add(1) % kStreamPoolSize;
+}
+
+int Runtime::current_device() const { return t_current_device; }
+
+void Runtime::set_current_device(int device) {
+  check_device(device);
+  t_current_device = device;
+}
+
+int Runtime::current_stream(int device) const {
+  check_device(device);
+  return t_current_stream[device];
+}
+
+void Runtime::set_current_stream(int device, int id) {
+  stream(device, id);  // validates
+  t_current_stream[device] = id;
+}
+
+int Runtime::device_of(const void* ptr) const {
+  for (int device = 0; device < device_count(); ++device) {
+    if (devices_[device]->memory->owns(ptr)) return device;
+  }
+  return -1;
+}
+
+void Runtime::free(void* ptr) {
+  if (!ptr) return;
+  for (auto& state : devices_) {
+    if (!state->memory->owns(ptr)) continue;
+    DeviceMemory* memory = state->memory.get();
+    if (launch_blocking_) {
+      memory->free(ptr);
+      return;
+    }
+    // Stream-ordered free: every stream of the device may still have work that
+    // reads the block; the default stream is where tensors' work is ordered.
+    bool idle = true;
+    for (auto& stream : state->streams) idle = idle && stream->query();
+    if (idle) {
+      memory->free(ptr);
+    } else {
+      state->streams[0]->enqueue([memory, ptr] { memory->free(ptr); });
+    }
+    return;
+  }
+}
+
+void Runtime::synchronize(int device) {
+  for (int index = 0; index < device_count(); ++index) {
+    if (device >= 0 && index != device) continue;
+    for (auto& stream : devices_[index]->streams) stream->synchronize();
+  }
+}
+
+}  // namespace neuron_rt

@@ -1,0 +1,95 @@
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/error.h"
+
+using namespace neuron_rt;
+
+TEST(Runtime, DevicesStreamsAndCurrentDevicePerThread) {
+  Runtime& runtime = Runtime::get();
+  ASSERT_GE(runtime.device_count(), 1);
+  EXPECT_EQ(runtime.current_device(), 0);
+  int last = runtime.device_count() - 1;
+  runtime.set_current_device(last);
+  int seen_in_other_thread = -1;
+  std::thread([&] { seen_in_other_thread = Runtime::get().current_device(); }).join();
+  EXPECT_EQ(seen_in_other_thread, 0);
+  EXPECT_EQ(runtime.current_device(), last);
+  runtime.set_current_device(0);
+  int pool = runtime.next_pool_stream(0);
+  EXPECT_GE(pool, 1);
+  EXPECT_LE(pool, kStreamPoolSize);
+}
+
+TEST(Runtime, OutOfRangeDeviceNamesTheRange) {
+  Runtime& runtime = Runtime::get();
+  try {
+    runtime.set_current_device(runtime.device_count());
+    FAIL() << "expected an invalid device error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidDevice);
+    EXPECT_NE(std::string(error.what()).find("out of range"), std::string::npos);
+  }
+  EXPECT_THROW(runtime.memory(-1), Error);
+}
+
+TEST(Runtime, FreeFindsTheOwningDevice) {
+  Runtime& runtime = Runtime::get();
+  int last = runtime.device_count() - 1;
+  void* ptr = runtime.memory(last).allocate(1000);
+  EXPECT_EQ(runtime.device_of(ptr), last);
+  uint64_t before = runtime.memory(last).stats().allocated_bytes;
+  runtime.free(ptr);
+  runtime.synchronize();
+  EXPECT_LT(runtime.memory(last).stats().allocated_bytes, before);
+  EXPECT_EQ(runtime.device_of(ptr), -1);
+}
+
+TEST(Runtime, ConcurrentAllocationAndWorkOnAllDevices) {
+  Runtime& runtime = Runtime::get();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&runtime, t] {
+      int device = t % runtime.device_count();
+      Stream& stream = runtime.stream(device, 1 + t % kStreamPoolSize);
+      for (int i = 0; i < 200; ++i) {
+        auto* p = static_cast<int*>(runtime.memory(device).allocate(4096));
+        stream.enqueue([p, i] { p[0] = i; });
+        stream.synchronize();
+        ASSERT_EQ(p[0], i);
+        runtime.free(p);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  runtime.synchronize();
+  for (int device = 0; device < runtime.device_count(); ++device) {
+    EXPECT_EQ(runtime.memory(device).stats().allocated_bytes, 0u);
+  }
+}
+
+TEST(Runtime, ForkedChildOfInitialisedParentGetsAClearError) {
+  Runtime::get();
+  pid_t child = fork();
+  if (child == 0) {
+    try {
+      Runtime::get();
+      _exit(1);
+    } catch (const Error& error) {
+      _exit(error.code() == ErrorCode::kBadFork &&
+                    std::string(error.what()).find("spawn") != std::string::npos
+                ? 0
+                : 2);
+    }
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
