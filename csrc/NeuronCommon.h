@@ -1,0 +1,40 @@
+// Shared pieces of the bridge between PyTorch and the simulated runtime.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
+
+#include "runtime/device.h"
+#include "runtime/error.h"
+
+namespace torch_neuron {
+
+// Note [Runtime errors]: the runtime throws neuron_rt::Error; every call from the
+// bridge into the runtime goes through NEURON_RT_CALL, which turns it into the
+// matching PyTorch error (torch.OutOfMemoryError for kOutOfMemory, RuntimeError
+// otherwise) with the runtime's message, which already names the device, the
+// sizes and what to do.
+[[noreturn]] void rethrow_runtime_error(const neuron_rt::Error& error);
+
+#define NEURON_RT_CALL(...)                              \
+  [&]() -> decltype(auto) {                              \
+    try {                                                \
+      return __VA_ARGS__;                                \
+    } catch (const neuron_rt::Error& neuron_rt_error_) { \
+      ::torch_neuron::rethrow_runtime_error(neuron_rt_error_); \
+    }                                                    \
+  }()
+
+inline neuron_rt::Runtime& runtime() { return NEURON_RT_CALL(neuron_rt::Runtime::get()); }
+
+// The stream currently selected for `device` on this thread.
+neuron_rt::Stream& current_stream(c10::DeviceIndex device);
+
+// The allocator of neuron device memory (a c10::DeviceAllocator).
+c10::Allocator* neuron_allocator();
+
+// Frees a block of device memory (deleter of every neuron DataPtr).
+void free_device_block(void* ptr);
+
+}  // namespace torch_neuron

@@ -1,0 +1,230 @@
+// The minimal kernel set of the neuron backend: tensor creation, copies between
+// host and device, resize/set, views, reading a scalar. Everything else is
+// computed by ATen's CPU kernels on device memory (ZeroCopy.h, Hot.cpp).
+#include <ATen/EmptyTensor.h>
+#include <ATen/TensorUtils.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "../NeuronAllocator.h"
+#include "../NeuronCommon.h"
+#include "ZeroCopy.h"
+
+namespace torch_neuron {
+namespace {
+
+constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
+
+c10::DeviceIndex target_device(std::optional<c10::Device> device) {
+  auto& rt = runtime();
+  c10::DeviceIndex index = device && device->has_index() ? device->index()
+                                                         : c10::DeviceIndex(rt.current_device());
+  NEURON_RT_CALL(rt.check_device(index));
+  return index;
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<at::MemoryFormat> memory_format) {
+  static OpCounter counter("aten::empty.memory_format");
+  counter.hit();
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
+              "neuron tensors are strided only; got layout ", layout.value_or(at::kStrided));
+  c10::DeviceGuard guard(c10::Device(kNeuron, target_device(device)));
+  return at::detail::empty_generic(size, neuron_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                         std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  static OpCounter counter("aten::empty_strided");
+  counter.hit();
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  c10::DeviceGuard guard(c10::Device(kNeuron, target_device(device)));
+  return at::detail::empty_strided_generic(size, stride, neuron_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+bool is_pinned(const at::Tensor& tensor) {
+  return at::detail::getPrivateUse1Hooks().isPinnedPtr(tensor.storage().data());
+}
+
+// A copy between host and device, or within the device. Note [Simulated device
+// memory] in runtime/copy.cpp: the DMA engine is the runtime's copy functions
+// for plain byte copies; layout or dtype conversion runs the CPU copy kernel on
+// host views (a strided DMA).
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  static OpCounter counter("aten::_copy_from");
+  counter.hit();
+  TORCH_CHECK(self.sizes() == dst.sizes() || self.numel() == dst.numel() || dst.numel() == 0,
+              "copy between neuron and cpu: sizes ", self.sizes(), " and ", dst.sizes(), " differ");
+  const bool from_device = self.device().type() == kNeuron;
+  const bool to_device = dst.device().type() == kNeuron;
+  TORCH_CHECK(from_device || self.device().is_cpu(), "cannot copy from ", self.device(), " to ", dst.device());
+  TORCH_CHECK(to_device || dst.device().is_cpu(), "cannot copy from ", self.device(), " to ", dst.device());
+  if (dst.numel() == 0) return dst;
+  const bool plain = self.dtype() == dst.dtype() && self.is_contiguous() && dst.is_contiguous() &&
+                     self.sizes() == dst.sizes() && self.is_conj() == dst.is_conj() &&
+                     self.is_neg() == dst.is_neg();
+  const size_t bytes = dst.nbytes();
+  if (from_device && !to_device) {
+    auto& stream = current_stream(self.device().index());
+    if (plain) {
+      NEURON_RT_CALL(neuron_rt::copy_device_to_host(stream, dst.data_ptr(), self.const_data_ptr(), bytes));
+    } else {
+      NEURON_RT_CALL(stream.synchronize());
+      dst.copy_(host_view(self));
+    }
+    return dst;
+  }
+  if (!from_device && to_device) {
+    auto& stream = current_stream(dst.device().index());
+    if (plain) {
+      const bool blocking = !(non_blocking && is_pinned(self));
+      NEURON_RT_CALL(neuron_rt::copy_host_to_device(stream, dst.data_ptr(), self.const_data_ptr(), bytes, blocking));
+    } else {
+      NEURON_RT_CALL(stream.synchronize());
+      AllocationRedirect redirect(dst.device().index());
+      host_view(dst).copy_(self);
+    }
+    return dst;
+  }
+  // device to device (same core, or another core of the instance)
+  auto& stream = current_stream(dst.device().index());
+  if (self.device().index() != dst.device().index()) {
+    NEURON_RT_CALL(current_stream(self.device().index()).synchronize());
+  }
+  if (plain) {
+    NEURON_RT_CALL(neuron_rt::copy_device_to_device(stream, dst.data_ptr(), self.const_data_ptr(), bytes, !non_blocking));
+  } else {
+    NEURON_RT_CALL(stream.synchronize());
+    AllocationRedirect redirect(dst.device().index());
+    host_view(dst).copy_(host_view(self));
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  static OpCounter counter("aten::_copy_from_and_resize");
+  counter.hit();
+  dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+void resize_storage_bytes(const at::Tensor& self, size_t new_bytes) {
+  c10::DeviceGuard guard(self.device());
+  at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(self.storage(), new_bytes);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<at::MemoryFormat> memory_format) {
+  static OpCounter counter("aten::resize_");
+  counter.hit();
+  at::native::check_size_nonnegative(size);
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  const size_t needed = at::detail::computeStorageNbytesContiguous(size, self.dtype().itemsize(),
+                                                                   self.storage_offset());
+  if (needed > self.storage().nbytes()) resize_storage_bytes(self, needed);
+  if (memory_format) impl->empty_tensor_restride(*memory_format);
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t offset, c10::IntArrayRef size,
+                        c10::IntArrayRef stride) {
+  static OpCounter counter("aten::set_.source_Storage_storage_offset");
+  counter.hit();
+  TORCH_CHECK(source.device().type() == kNeuron || source.nbytes() == 0,
+              "set_: expected a neuron storage, got one on ", source.device());
+  auto* impl = self.unsafeGetTensorImpl();
+  if (impl->storage().unsafeGetStorageImpl() != source.unsafeGetStorageImpl()) {
+    impl->set_storage_keep_dtype(std::move(source));
+  }
+  std::vector<int64_t> strides(stride.begin(), stride.end());
+  if (stride.empty()) {
+    auto contiguous = c10::contiguous_strides(size);
+    strides.assign(contiguous.begin(), contiguous.end());
+  }
+  impl->set_sizes_and_strides(size, strides, offset);
+  const size_t needed = at::detail::computeStorageNbytes(size, strides, self.dtype().itemsize(), offset);
+  if (needed > self.storage().nbytes()) resize_storage_bytes(self, needed);
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) {
+  const int64_t numel = int64_t(source.nbytes() / self.dtype().itemsize());
+  return set_storage(self, std::move(source), 0, {numel}, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) return self;
+  return set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::DeviceGuard guard(self.device());
+  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), 0, neuron_allocator()->allocate(0), neuron_allocator(), true));
+  return set_storage(self, std::move(storage), 0, {0}, {});
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  static OpCounter counter("aten::_local_scalar_dense");
+  counter.hit();
+  NEURON_RT_CALL(current_stream(self.device().index()).synchronize());
+  return at::native::_local_scalar_dense_cpu(host_view(self));
+}
+
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
+  static OpCounter counter("aten::view");
+  counter.hit();
+  return at::native::view(self, size);
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> offset) {
+  static OpCounter counter("aten::as_strided");
+  counter.hit();
+  return at::native::as_strided_tensorimpl(self, size, stride, offset);
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  static OpCounter counter("aten::_reshape_alias");
+  counter.hit();
+  return at::native::_reshape_alias(self, size, stride);
+}
+
+at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
+  static OpCounter counter("aten::unfold");
+  counter.hit();
+  return at::native::unfold(self, dimension, size, step);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
+  m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("view", TORCH_FN(view));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
+  m.impl("unfold", TORCH_FN(unfold));
+}
+
+}  // namespace
+}  // namespace torch_neuron

@@ -1,0 +1,407 @@
+#include "ZeroCopy.h"
+
+#include <ATen/core/List.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "../NeuronAllocator.h"
+#include "../NeuronCommon.h"
+#include "../NeuronGenerator.h"
+
+namespace torch_neuron {
+
+constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
+
+at::Tensor host_view(const at::Tensor& tensor) {
+  auto* storage = tensor.storage().unsafeGetStorageImpl();
+  c10::Storage view_storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), storage->nbytes(),
+      c10::DataPtr(storage->mutable_data(), c10::Device(c10::DeviceType::CPU)),
+      redirecting_cpu_allocator(), /*resizable=*/true));
+  auto view = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(view_storage), c10::DispatchKeySet(c10::DispatchKey::CPU), tensor.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(tensor.sizes(), tensor.strides(),
+                                                    tensor.storage_offset());
+  if (tensor.is_conj()) view._set_conj(true);
+  if (tensor.is_neg()) view._set_neg(true);
+  return view;
+}
+
+at::Tensor wrap_storage(c10::Storage storage, const at::Tensor& like) {
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.dtype());
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
+                                                      like.storage_offset());
+  if (like.is_conj()) tensor._set_conj(true);
+  if (like.is_neg()) tensor._set_neg(true);
+  return tensor;
+}
+
+namespace {
+c10::Storage adopt_storage(c10::StorageImpl* cpu_storage, c10::DeviceIndex device) {
+  c10::DataPtr data = cpu_storage->set_data_ptr(
+      c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+  data.unsafe_set_device(c10::Device(kNeuron, device));
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), cpu_storage->nbytes(), std::move(data),
+      neuron_allocator(), /*resizable=*/true));
+}
+
+c10::Storage copy_storage_to_device(c10::StorageImpl* cpu_storage, c10::DeviceIndex device) {
+  c10::DeviceGuard guard(c10::Device(kNeuron, device));
+  c10::DataPtr data = neuron_allocator()->allocate(cpu_storage->nbytes());
+  if (cpu_storage->nbytes()) {
+    NEURON_RT_CALL(neuron_rt::copy_host_to_device(current_stream(device), data.get(),
+                                                  cpu_storage->data(), cpu_storage->nbytes(), true));
+  }
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), cpu_storage->nbytes(), std::move(data),
+      neuron_allocator(), /*resizable=*/true));
+}
+
+c10::Storage device_storage_for(c10::StorageImpl* cpu_storage, c10::DeviceIndex device) {
+  if (is_redirected_allocation(cpu_storage->data_ptr()) || cpu_storage->nbytes() == 0) {
+    return adopt_storage(cpu_storage, device);
+  }
+  return copy_storage_to_device(cpu_storage, device);
+}
+}  // namespace
+
+at::Tensor adopt_output(const at::Tensor& cpu, c10::DeviceIndex device) {
+  if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
+  return wrap_storage(device_storage_for(cpu.storage().unsafeGetStorageImpl(), device), cpu);
+}
+
+void DeviceCheck::add(const at::Tensor& tensor, const char* op_name, bool allow_cpu) {
+  if (!tensor.defined()) return;
+  const auto type = tensor.device().type();
+  if (type == kNeuron) {
+    const auto index = tensor.device().index();
+    if (device < 0) {
+      device = index;
+    } else {
+      TORCH_CHECK(device == index,
+                  "Expected all tensors to be on the same device, but found at least two devices, "
+                  "neuron:", device, " and neuron:", index, "! (when checking arguments for ", op_name,
+                  "). Move them to one device with .to('neuron:N')");
+    }
+    return;
+  }
+  if (type == c10::DeviceType::CPU && (allow_cpu || tensor.dim() == 0)) return;
+  TORCH_CHECK(false,
+              "Expected all tensors to be on the same device, but found at least two devices, neuron:",
+              device < 0 ? 0 : device, " and ", tensor.device(), "! (when checking arguments for ",
+              op_name, "). Move the ", tensor.device().type() == c10::DeviceType::CPU ? "CPU" : "other",
+              " tensor to the neuron device with .to('neuron')");
+}
+
+// ---- op accounting -------------------------------------------------------------------------
+
+namespace {
+std::mutex& counters_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<OpCounter*>& native_counters() {
+  static auto* list = new std::vector<OpCounter*>();
+  return *list;
+}
+struct FallbackCount {
+  std::atomic<uint64_t> count{0};
+  bool warned = false;
+};
+std::shared_mutex g_fallback_mutex;
+std::unordered_map<std::string, std::unique_ptr<FallbackCount>>& fallback_counts() {
+  static auto* map = new std::unordered_map<std::string, std::unique_ptr<FallbackCount>>();
+  return *map;
+}
+}  // namespace
+
+OpCounter::OpCounter(const char* name) : name_(name) {
+  std::lock_guard<std::mutex> lock(counters_mutex());
+  native_counters().push_back(this);
+}
+
+void record_fallback(const c10::OperatorHandle& op) {
+  const auto& name = op.operator_name();
+  std::string key = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  {
+    std::shared_lock<std::shared_mutex> lock(g_fallback_mutex);
+    auto it = fallback_counts().find(key);
+    if (it != fallback_counts().end()) {
+      it->second->count.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  bool warn = false;
+  {
+    std::unique_lock<std::shared_mutex> lock(g_fallback_mutex);
+    auto& entry = fallback_counts()[key];
+    if (!entry) entry = std::make_unique<FallbackCount>();
+    entry->count.fetch_add(1, std::memory_order_relaxed);
+    warn = !entry->warned;
+    entry->warned = true;
+  }
+  if (warn) {
+    TORCH_WARN("The operator '", key,
+               "' has no native neuron kernel; it runs through the generic zero-copy path "
+               "(ATen's CPU kernel on device memory). This warning is shown once per operator; "
+               "see torch_neuronx.get_fallback_ops().");
+  }
+}
+
+std::vector<std::pair<std::string, uint64_t>> executed_ops() {
+  std::vector<std::pair<std::string, uint64_t>> result;
+  std::lock_guard<std::mutex> lock(counters_mutex());
+  for (auto* counter : native_counters()) {
+    if (counter->count()) result.emplace_back(counter->name(), counter->count());
+  }
+  return result;
+}
+
+std::vector<std::pair<std::string, uint64_t>> fallback_ops() {
+  std::vector<std::pair<std::string, uint64_t>> result;
+  std::shared_lock<std::shared_mutex> lock(g_fallback_mutex);
+  for (auto& entry : fallback_counts()) {
+    if (entry.second->count) result.emplace_back(entry.first, entry.second->count.load());
+  }
+  return result;
+}
+
+void reset_op_counts() {
+  {
+    std::lock_guard<std::mutex> lock(counters_mutex());
+    for (auto* counter : native_counters()) counter->reset();
+  }
+  std::unique_lock<std::shared_mutex> lock(g_fallback_mutex);
+  for (auto& entry : fallback_counts()) entry.second->count = 0;
+}
+
+// ---- the boxed zero-copy path ---------------------------------------------------------------
+
+namespace {
+
+// What the boxed path needs to know of an op, computed once per schema.
+struct OpPlan {
+  std::string name;
+  std::vector<bool> is_generator;  // per argument: Generator? type
+  std::vector<int> write_alias_of; // per return: argument it writes and returns, or -1
+  bool allow_cpu_tensors = false;  // indices of index ops may live on the CPU
+};
+
+const OpPlan& plan_for(const c10::OperatorHandle& op) {
+  static std::shared_mutex mutex;
+  static auto* plans = new std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpPlan>>();
+  const c10::FunctionSchema* schema = &op.schema();
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex);
+    auto it = plans->find(schema);
+    if (it != plans->end()) return *it->second;
+  }
+  auto plan = std::make_unique<OpPlan>();
+  const auto& name = op.operator_name();
+  plan->name = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  const auto& arguments = schema->arguments();
+  for (const auto& argument : arguments) {
+    auto type = argument.real_type();
+    if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+    plan->is_generator.push_back(type->kind() == c10::TypeKind::GeneratorType);
+  }
+  for (const auto& ret : schema->returns()) {
+    int index = -1;
+    if (ret.alias_info() && ret.alias_info()->isWrite()) {
+      for (size_t a = 0; a < arguments.size(); ++a) {
+        const auto* info = arguments[a].alias_info();
+        if (info && info->isWrite() && info->beforeSets() == ret.alias_info()->beforeSets()) {
+          index = int(a);
+          break;
+        }
+      }
+    }
+    plan->write_alias_of.push_back(index);
+  }
+  plan->allow_cpu_tensors = name.name.rfind("aten::index", 0) == 0 ||
+                            name.name == "aten::_index_put_impl_";
+  std::unique_lock<std::shared_mutex> lock(mutex);
+  auto& slot = (*plans)[schema];
+  if (!slot) slot = std::move(plan);
+  return *slot;
+}
+
+// Per call: host views of the inputs, and where each came from.
+struct HostCall {
+  c10::DeviceIndex device = -1;
+  std::vector<std::pair<c10::Storage, c10::Storage>> views;  // view storage -> device storage
+  std::unordered_map<c10::StorageImpl*, c10::Storage> adopted;      // cpu storage -> device storage
+
+  at::Tensor to_host(const at::Tensor& tensor) {
+    if (!tensor.defined() || tensor.device().type() != kNeuron) return tensor;
+    for (auto& entry : views) {
+      if (entry.second.unsafeGetStorageImpl() == tensor.storage().unsafeGetStorageImpl()) {
+        // share one view storage per device storage
+        auto view = at::detail::make_tensor<c10::TensorImpl>(
+            c10::Storage(entry.first),
+            c10::DispatchKeySet(c10::DispatchKey::CPU), tensor.dtype());
+        view.unsafeGetTensorImpl()->set_sizes_and_strides(tensor.sizes(), tensor.strides(),
+                                                          tensor.storage_offset());
+        if (tensor.is_conj()) view._set_conj(true);
+        if (tensor.is_neg()) view._set_neg(true);
+        return view;
+      }
+    }
+    at::Tensor view = host_view(tensor);
+    views.emplace_back(view.storage(), tensor.storage());
+    return view;
+  }
+
+  at::Tensor to_device(const at::Tensor& cpu) {
+    if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
+    auto* storage = cpu.storage().unsafeGetStorageImpl();
+    for (auto& entry : views) {
+      if (entry.first.unsafeGetStorageImpl() == storage) {
+        sync_resized(entry);
+        return wrap_storage(entry.second, cpu);
+      }
+    }
+    auto it = adopted.find(storage);
+    if (it == adopted.end()) it = adopted.emplace(storage, device_storage_for(storage, device)).first;
+    return wrap_storage(it->second, cpu);
+  }
+
+  // A CPU kernel that resized an out= argument gave its view storage new memory
+  // (from the redirect, so in device memory): move it into the device storage.
+  static void sync_resized(std::pair<c10::Storage, c10::Storage>& entry) {
+    auto* view_storage = entry.first.unsafeGetStorageImpl();
+    auto* device_storage = entry.second.unsafeGetStorageImpl();
+    if (view_storage->data() == device_storage->data() &&
+        view_storage->nbytes() == device_storage->nbytes()) {
+      return;
+    }
+    c10::DataPtr data = view_storage->set_data_ptr(c10::DataPtr(
+        view_storage->mutable_data(), c10::Device(c10::DeviceType::CPU)));  // the view keeps a borrowed pointer
+    data.unsafe_set_device(device_storage->device());
+    device_storage->set_data_ptr_noswap(std::move(data));
+    device_storage->set_nbytes(view_storage->nbytes());
+  }
+
+  void sync_argument(const at::Tensor& original, const at::Tensor& view) {
+    if (!original.defined() || original.device().type() != kNeuron) return;
+    for (auto& entry : views) {
+      if (entry.second.unsafeGetStorageImpl() == original.storage().unsafeGetStorageImpl()) {
+        sync_resized(entry);
+        break;
+      }
+    }
+    auto* impl = original.unsafeGetTensorImpl();
+    if (impl->sizes() != view.sizes() || impl->strides() != view.strides() ||
+        impl->storage_offset() != view.storage_offset()) {
+      impl->set_sizes_and_strides(view.sizes(), view.strides(), view.storage_offset());
+    }
+  }
+};
+
+c10::IValue list_map(const c10::IValue& value, const std::function<at::Tensor(const at::Tensor&)>& fn) {
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> result;
+    auto list = value.toTensorList();
+    result.reserve(list.size());
+    for (const at::Tensor& tensor : list) result.push_back(fn(tensor));
+    return result;
+  }
+  auto list = value.toList();
+  c10::impl::GenericList result(list.elementType());
+  result.reserve(list.size());
+  for (const c10::IValue& element : list) {
+    result.push_back(element.isTensor() ? c10::IValue(fn(element.toTensor())) : element);
+  }
+  return result;
+}
+
+bool list_has_tensors(const c10::IValue& value) {
+  if (value.isTensorList()) return true;
+  if (!value.isList()) return false;
+  auto type = value.toList().elementType();
+  if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+  return type->kind() == c10::TypeKind::TensorType;
+}
+
+}  // namespace
+
+void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const OpPlan& plan = plan_for(op);
+  const size_t num_arguments = op.schema().arguments().size();
+  const size_t begin = stack->size() - num_arguments;
+
+  DeviceCheck check;
+  for (size_t i = 0; i < num_arguments; ++i) {
+    const c10::IValue& value = (*stack)[begin + i];
+    if (value.isTensor()) {
+      check.add(value.toTensor(), plan.name.c_str(), plan.allow_cpu_tensors);
+    } else if (list_has_tensors(value)) {
+      for (const c10::IValue& element : value.toListRef()) {
+        if (element.isTensor()) check.add(element.toTensor(), plan.name.c_str(), plan.allow_cpu_tensors);
+      }
+    } else if (value.isDevice() && value.toDevice().type() == kNeuron && check.device < 0) {
+      check.device = value.toDevice().has_index() ? value.toDevice().index()
+                                                  : c10::DeviceIndex(runtime().current_device());
+    }
+  }
+  auto& rt = runtime();
+  const c10::DeviceIndex device =
+      check.device >= 0 ? check.device : c10::DeviceIndex(rt.current_device());
+  NEURON_RT_CALL(rt.check_device(device));
+  if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(device).synchronize());
+
+  HostCall call;
+  call.device = device;
+  std::vector<c10::IValue> originals(stack->begin() + begin, stack->end());
+  for (size_t i = 0; i < num_arguments; ++i) {
+    c10::IValue& value = (*stack)[begin + i];
+    if (value.isTensor()) {
+      value = call.to_host(value.toTensor());
+    } else if (list_has_tensors(value)) {
+      value = list_map(value, [&](const at::Tensor& t) { return call.to_host(t); });
+    } else if (plan.is_generator[i]) {
+      value = engine_for(value.isNone() ? std::nullopt : std::optional<at::Generator>(value.toGenerator()), device);
+    } else if (value.isDevice() && value.toDevice().type() == kNeuron) {
+      value = c10::Device(c10::DeviceType::CPU);
+    }
+  }
+  {
+    c10::DeviceGuard guard(c10::Device(kNeuron, device));
+    AllocationRedirect redirect(device);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
+  const size_t num_returns = op.schema().returns().size();
+  const size_t out_begin = stack->size() - num_returns;
+  for (size_t r = 0; r < num_returns; ++r) {
+    c10::IValue& value = (*stack)[out_begin + r];
+    const int argument = plan.write_alias_of[r];
+    if (argument >= 0 && value.isTensor()) {
+      const at::Tensor& original = originals[argument].toTensor();
+      call.sync_argument(original, value.toTensor());
+      value = original;
+    } else if (value.isTensor()) {
+      value = call.to_device(value.toTensor());
+    } else if (list_has_tensors(value)) {
+      value = list_map(value, [&](const at::Tensor& t) { return call.to_device(t); });
+    }
+  }
+}
+
+namespace {
+void zero_copy_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  record_fallback(op);
+  run_zero_copy(op, stack);
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&zero_copy_fallback>());
+}
+
+}  // namespace torch_neuron

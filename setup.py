@@ -1,0 +1,28 @@
+"""Builds torch_neuron_sim._C: the bridge (csrc/) and the simulated runtime (runtime/)."""
+import glob
+import os
+
+from setuptools import find_packages, setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/kernels/*.cpp") + glob.glob("runtime/*.cpp"))
+
+setup(
+    name="torch-neuron-sim",
+    version="0.1.0",
+    description="A simulated AWS Neuron device for PyTorch, with the torch_neuronx API",
+    package_dir={"": "python"},
+    packages=find_packages("python"),
+    ext_modules=[
+        CppExtension(
+            "torch_neuron_sim._C",
+            sources,
+            include_dirs=[ROOT],
+            extra_compile_args=["-O2", "-std=c++17", "-Wno-unused-parameter"],
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    entry_points={"torch.backends": ["torch_neuronx = torch_neuronx:_autoload"]},
+    python_requires=">=3.10",
+)
