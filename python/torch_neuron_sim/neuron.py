@@ -100,12 +100,13 @@ class Stream(torch.Stream):
                                    priority=priority, **kwargs)
 
 
-class Event(torch.Event):
-    """A neuron event (torch.Event on the neuron device)."""
+class Event:
+    """A neuron event: makes a torch.Event on the neuron device (torch.Event methods
+    accept only exact torch.Event objects, so no subclass is made)."""
 
     def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
-        return super().__new__(cls, device="neuron", enable_timing=enable_timing,
-                               blocking=blocking, interprocess=interprocess)
+        return torch.Event(device="neuron", enable_timing=enable_timing, blocking=blocking,
+                           interprocess=interprocess)
 
 
 def current_stream(device=None):

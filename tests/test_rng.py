@@ -1,0 +1,35 @@
+import torch
+
+
+def test_manual_seed_is_reproducible_and_matches_cpu():
+    torch.neuron.manual_seed(1234)
+    a = torch.randn(100, device="neuron")
+    torch.neuron.manual_seed(1234)
+    b = torch.randn(100, device="neuron")
+    assert torch.equal(a.cpu(), b.cpu())
+    assert torch.neuron.initial_seed() == 1234
+    torch.manual_seed(1234)
+    assert torch.equal(a.cpu(), torch.randn(100))  # same engine and seed as the CPU
+
+
+def test_rng_state_round_trip():
+    torch.neuron.manual_seed(7)
+    state = torch.neuron.get_rng_state()
+    first = torch.rand(10, device="neuron").cpu()
+    torch.neuron.set_rng_state(state)
+    assert torch.equal(torch.rand(10, device="neuron").cpu(), first)
+    states = torch.neuron.get_rng_state_all()
+    assert len(states) == torch.neuron.device_count()
+    torch.neuron.set_rng_state_all(states)
+
+
+def test_generators_and_dropout():
+    g = torch.Generator(device="neuron")
+    g.manual_seed(3)
+    x = torch.randn(5, generator=g, device="neuron")
+    g.manual_seed(3)
+    assert torch.equal(torch.randn(5, generator=g, device="neuron").cpu(), x.cpu())
+    torch.neuron.manual_seed_all(0)
+    d = torch.nn.functional.dropout(torch.ones(1000, device="neuron"), p=0.5)
+    kept = (d.cpu() > 0).float().mean().item()
+    assert 0.4 < kept < 0.6
