@@ -94,6 +94,19 @@ thread_local int t_redirect_device = -1;
 
 void free_redirected_block(void* ptr) { neuron_rt::Runtime::get().free(ptr); }
 
+c10::DeleterFnPtr g_base_raw_deleter = nullptr;
+
+// raw_allocate() (not virtual) calls allocate(), so a raw allocation made under a
+// redirect comes from device memory; raw_deallocate() then calls raw_deleter() on
+// it. This deleter serves both kinds.
+void free_raw_block(void* ptr) {
+  if (ptr && neuron_rt::Runtime::initialized() && neuron_rt::Runtime::get().device_of(ptr) >= 0) {
+    neuron_rt::Runtime::get().free(ptr);
+  } else if (g_base_raw_deleter) {
+    g_base_raw_deleter(ptr);
+  }
+}
+
 class RedirectingCPUAllocator final : public c10::Allocator {
  public:
   explicit RedirectingCPUAllocator(c10::Allocator* base) : base_(base) {}
@@ -104,7 +117,9 @@ class RedirectingCPUAllocator final : public c10::Allocator {
         rt.memory(t_redirect_device).allocate(bytes, rt.current_stream(t_redirect_device)));
     return {ptr, ptr, &free_redirected_block, c10::Device(c10::DeviceType::CPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return base_->raw_deleter(); }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return g_base_raw_deleter ? &free_raw_block : nullptr;
+  }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
@@ -132,7 +147,9 @@ c10::Allocator* redirecting_cpu_allocator() { return g_redirecting_allocator; }
 
 void install_redirecting_cpu_allocator() {
   if (g_redirecting_allocator) return;
-  g_redirecting_allocator = new RedirectingCPUAllocator(c10::GetCPUAllocator());
+  c10::Allocator* base = c10::GetCPUAllocator();
+  g_base_raw_deleter = base->raw_deleter();
+  g_redirecting_allocator = new RedirectingCPUAllocator(base);
   c10::SetCPUAllocator(g_redirecting_allocator, /*priority=*/100);
 }
 

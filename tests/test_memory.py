@@ -62,3 +62,15 @@ def test_oom_error_in_process_is_torch_oom():
     with pytest.raises(torch.OutOfMemoryError, match="out of memory: tried to allocate"):
         torch.empty(25 * 2**30, dtype=torch.uint8, device="neuron")
     assert torch.ones(3, device="neuron").sum().item() == 3
+
+
+def test_scratch_memory_of_cpu_kernels_is_returned():
+    # bf16 matmul allocates scratch with raw_allocate inside the CPU kernel; it must
+    # go back to the device pool, not leak (regression test).
+    x = torch.randn(4, 256, device="neuron", dtype=torch.bfloat16)
+    w = torch.randn(688, 256, device="neuron", dtype=torch.bfloat16)
+    before = torch.neuron.memory_allocated()
+    for _ in range(5):
+        y = x @ w.t()
+        del y
+    assert torch.neuron.memory_allocated() == before

@@ -1,0 +1,120 @@
+"""`make bench`: neuron vs CPU, measured side by side in one run; writes BENCHMARKS.md.
+
+Every figure is a ratio of medians over interleaved repeats (neuron, cpu, neuron, cpu, ...),
+so that machine noise hits both sides alike."""
+import argparse
+import os
+import platform
+import statistics
+import time
+import warnings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+warnings.filterwarnings("ignore", message=".*has no native neuron kernel.*")
+
+import torch  # noqa: E402
+import torch_neuronx  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL = os.path.join(HERE, "..", "demo", "model")
+
+
+def timed(fn, sync):
+    start = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - start
+
+
+def side_by_side(make_fn, repeats):
+    """make_fn(device) -> zero-arg callable; returns (median neuron s, median cpu s)."""
+    fns = {d: make_fn(d) for d in ("neuron", "cpu")}
+    syncs = {"neuron": torch.neuron.synchronize, "cpu": lambda: None}
+    for d in fns:
+        timed(fns[d], syncs[d])  # warm up
+    samples = {"neuron": [], "cpu": []}
+    for _ in range(repeats):
+        for d in ("neuron", "cpu"):
+            samples[d].append(timed(fns[d], syncs[d]))
+    return statistics.median(samples["neuron"]), statistics.median(samples["cpu"])
+
+
+def small_op(device, iterations=2000):
+    a = torch.ones(1, device=device)
+    b = torch.ones(1, device=device)
+
+    def run():
+        for _ in range(iterations):
+            a + b
+    return run
+
+
+def large(op):
+    def make(device):
+        g = torch.Generator().manual_seed(0)
+        if op == "matmul":
+            x = torch.randn(1024, 1024, generator=g).to(device)
+            return lambda: x @ x
+        if op == "add":
+            x = torch.randn(16 * 2**20, generator=g).to(device)
+            return lambda: x + x
+        x = torch.randn(4096, 4096, generator=g).to(device)
+        return lambda: torch.softmax(x, dim=-1)
+    return make
+
+
+def decode(dtype, tokens):
+    def make(device):
+        model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=dtype, device_map=device)
+        ids = torch.tensor([[1, 300, 301, 302, 303, 304, 305, 306]], device=device)
+
+        def run():
+            model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+        return run
+    return make
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--output", default="BENCHMARKS.md")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    rows = []
+
+    n, c = side_by_side(small_op, args.repeats)
+    per_n, per_c = n / 2000 * 1e6, c / 2000 * 1e6
+    rows.append(("per-op time, `a + b` on 1-element tensors", f"{per_n:.1f} µs", f"{per_c:.1f} µs",
+                 f"{per_c / per_n:.2f}", "overhead per op: " + f"{per_n - per_c:.1f} µs"))
+    for op, label in [("matmul", "1024x1024 matmul"), ("add", "16M-element add"),
+                      ("softmax", "softmax over 4096x4096")]:
+        n, c = side_by_side(large(op), args.repeats)
+        rows.append((label, f"{n * 1e3:.2f} ms", f"{c * 1e3:.2f} ms", f"{c / n:.2f}", "target >= 0.95"))
+    tokens = 32
+    for dtype in (torch.float32, torch.bfloat16):
+        n, c = side_by_side(decode(dtype, tokens), max(3, args.repeats // 2))
+        rows.append((f"demo model greedy decode, {tokens} tokens, {str(dtype)[6:]}",
+                     f"{tokens / n:.1f} tok/s", f"{tokens / c:.1f} tok/s", f"{c / n:.2f}", "target >= 0.9"))
+
+    lines = [
+        "# Benchmarks",
+        "",
+        "Produced by `make bench` (bench/bench.py). neuron is the simulated device, whose kernels are",
+        "ATen's CPU kernels run on device memory; a ratio is CPU time / neuron time (throughput",
+        "neuron/CPU), from medians of interleaved repeats in one run. Higher is better; 1.00 = parity.",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"launch-blocking={torch_neuronx._sim._C.launch_blocking()}, "
+        f"{time.strftime('%Y-%m-%d')}.",
+        "",
+        "| benchmark | neuron | cpu | neuron/cpu throughput | note |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {' | '.join(row)} |" for row in rows]
+    with open(args.output, "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
