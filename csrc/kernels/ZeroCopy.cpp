@@ -14,8 +14,6 @@
 
 namespace torch_neuron {
 
-constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
-
 at::Tensor host_view(const at::Tensor& tensor) {
   auto* storage = tensor.storage().unsafeGetStorageImpl();
   c10::Storage view_storage(c10::make_intrusive<c10::StorageImpl>(
@@ -63,13 +61,14 @@ c10::Storage copy_storage_to_device(c10::StorageImpl* cpu_storage, c10::DeviceIn
       neuron_allocator(), /*resizable=*/true));
 }
 
+}  // namespace
+
 c10::Storage device_storage_for(c10::StorageImpl* cpu_storage, c10::DeviceIndex device) {
   if (is_redirected_allocation(cpu_storage->data_ptr()) || cpu_storage->nbytes() == 0) {
     return adopt_storage(cpu_storage, device);
   }
   return copy_storage_to_device(cpu_storage, device);
 }
-}  // namespace
 
 at::Tensor adopt_output(const at::Tensor& cpu, c10::DeviceIndex device) {
   if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
@@ -231,78 +230,6 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   if (!slot) slot = std::move(plan);
   return *slot;
 }
-
-// Per call: host views of the inputs, and where each came from.
-struct HostCall {
-  c10::DeviceIndex device = -1;
-  std::vector<std::pair<c10::Storage, c10::Storage>> views;  // view storage -> device storage
-  std::unordered_map<c10::StorageImpl*, c10::Storage> adopted;      // cpu storage -> device storage
-
-  at::Tensor to_host(const at::Tensor& tensor) {
-    if (!tensor.defined() || tensor.device().type() != kNeuron) return tensor;
-    for (auto& entry : views) {
-      if (entry.second.unsafeGetStorageImpl() == tensor.storage().unsafeGetStorageImpl()) {
-        // share one view storage per device storage
-        auto view = at::detail::make_tensor<c10::TensorImpl>(
-            c10::Storage(entry.first),
-            c10::DispatchKeySet(c10::DispatchKey::CPU), tensor.dtype());
-        view.unsafeGetTensorImpl()->set_sizes_and_strides(tensor.sizes(), tensor.strides(),
-                                                          tensor.storage_offset());
-        if (tensor.is_conj()) view._set_conj(true);
-        if (tensor.is_neg()) view._set_neg(true);
-        return view;
-      }
-    }
-    at::Tensor view = host_view(tensor);
-    views.emplace_back(view.storage(), tensor.storage());
-    return view;
-  }
-
-  at::Tensor to_device(const at::Tensor& cpu) {
-    if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
-    auto* storage = cpu.storage().unsafeGetStorageImpl();
-    for (auto& entry : views) {
-      if (entry.first.unsafeGetStorageImpl() == storage) {
-        sync_resized(entry);
-        return wrap_storage(entry.second, cpu);
-      }
-    }
-    auto it = adopted.find(storage);
-    if (it == adopted.end()) it = adopted.emplace(storage, device_storage_for(storage, device)).first;
-    return wrap_storage(it->second, cpu);
-  }
-
-  // A CPU kernel that resized an out= argument gave its view storage new memory
-  // (from the redirect, so in device memory): move it into the device storage.
-  static void sync_resized(std::pair<c10::Storage, c10::Storage>& entry) {
-    auto* view_storage = entry.first.unsafeGetStorageImpl();
-    auto* device_storage = entry.second.unsafeGetStorageImpl();
-    if (view_storage->data() == device_storage->data() &&
-        view_storage->nbytes() == device_storage->nbytes()) {
-      return;
-    }
-    c10::DataPtr data = view_storage->set_data_ptr(c10::DataPtr(
-        view_storage->mutable_data(), c10::Device(c10::DeviceType::CPU)));  // the view keeps a borrowed pointer
-    data.unsafe_set_device(device_storage->device());
-    device_storage->set_data_ptr_noswap(std::move(data));
-    device_storage->set_nbytes(view_storage->nbytes());
-  }
-
-  void sync_argument(const at::Tensor& original, const at::Tensor& view) {
-    if (!original.defined() || original.device().type() != kNeuron) return;
-    for (auto& entry : views) {
-      if (entry.second.unsafeGetStorageImpl() == original.storage().unsafeGetStorageImpl()) {
-        sync_resized(entry);
-        break;
-      }
-    }
-    auto* impl = original.unsafeGetTensorImpl();
-    if (impl->sizes() != view.sizes() || impl->strides() != view.strides() ||
-        impl->storage_offset() != view.storage_offset()) {
-      impl->set_sizes_and_strides(view.sizes(), view.strides(), view.storage_offset());
-    }
-  }
-};
 
 c10::IValue list_map(const c10::IValue& value, const std::function<at::Tensor(const at::Tensor&)>& fn) {
   if (value.isTensorList()) {

@@ -1,0 +1,115 @@
+// Hot ops: unboxed kernels that call ATen's CPU kernels directly (no dispatcher
+// round trip, no boxing) on host views of device memory. Functional and in-place
+// forms of these structured ops reach the `.out` kernels below (PyTorch's
+// generated default kernels allocate the output on neuron, then call `.out`).
+#include <ATen/CPUFunctions.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "../NeuronAllocator.h"
+#include "../NeuronCommon.h"
+#include "ZeroCopy.h"
+
+namespace torch_neuron {
+namespace {
+
+// Runs `kernel(views...)` for an out= op: checks devices, makes host views of the
+// tensors, runs under a redirect, then gives `out` the metadata the kernel set.
+template <typename Kernel, typename... Tensors>
+at::Tensor& run_out(const char* name, at::Tensor& out, Kernel&& kernel, const Tensors&... inputs) {
+  DeviceCheck check;
+  (check.add(inputs, name), ...);
+  check.add(out, name);
+  auto& rt = runtime();
+  const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(rt.current_device());
+  if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(device).synchronize());
+  HostCall call;
+  call.device = device;
+  at::Tensor out_view = call.to_host(out);
+  {
+    AllocationRedirect redirect(device);
+    kernel(out_view, call.to_host(inputs)...);
+  }
+  call.sync_argument(out, out_view);
+  return out;
+}
+
+#define NEURON_HOT_OUT(counter_name, function, signature, ...)            \
+  at::Tensor& function signature {                                        \
+    static OpCounter counter(counter_name);                               \
+    counter.hit();                                                        \
+    return __VA_ARGS__;                                                   \
+  }
+
+NEURON_HOT_OUT("aten::add.out", add_out,
+               (const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha, at::Tensor& out),
+               run_out("aten::add.out", out,
+                       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::add_out(o, a, b, alpha); },
+                       self, other))
+NEURON_HOT_OUT("aten::sub.out", sub_out,
+               (const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha, at::Tensor& out),
+               run_out("aten::sub.out", out,
+                       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::sub_out(o, a, b, alpha); },
+                       self, other))
+NEURON_HOT_OUT("aten::mul.out", mul_out, (const at::Tensor& self, const at::Tensor& other, at::Tensor& out),
+               run_out("aten::mul.out", out,
+                       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::mul_out(o, a, b); },
+                       self, other))
+NEURON_HOT_OUT("aten::div.out", div_out, (const at::Tensor& self, const at::Tensor& other, at::Tensor& out),
+               run_out("aten::div.out", out,
+                       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::div_out(o, a, b); },
+                       self, other))
+NEURON_HOT_OUT("aten::mm.out", mm_out, (const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out),
+               run_out("aten::mm.out", out,
+                       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::mm_out(o, a, b); },
+                       self, mat2))
+NEURON_HOT_OUT("aten::bmm.out", bmm_out, (const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out),
+               run_out("aten::bmm.out", out,
+                       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::bmm_out(o, a, b); },
+                       self, mat2))
+NEURON_HOT_OUT("aten::addmm.out", addmm_out,
+               (const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
+                const at::Scalar& alpha, at::Tensor& out),
+               run_out("aten::addmm.out", out,
+                       [&](at::Tensor& o, const at::Tensor& s, const at::Tensor& a, const at::Tensor& b) {
+                         at::cpu::addmm_out(o, s, a, b, beta, alpha);
+                       },
+                       self, mat1, mat2))
+NEURON_HOT_OUT("aten::silu.out", silu_out, (const at::Tensor& self, at::Tensor& out),
+               run_out("aten::silu.out", out, [&](at::Tensor& o, const at::Tensor& a) { at::cpu::silu_out(o, a); }, self))
+NEURON_HOT_OUT("aten::neg.out", neg_out, (const at::Tensor& self, at::Tensor& out),
+               run_out("aten::neg.out", out, [&](at::Tensor& o, const at::Tensor& a) { at::cpu::neg_out(o, a); }, self))
+NEURON_HOT_OUT("aten::rsqrt.out", rsqrt_out, (const at::Tensor& self, at::Tensor& out),
+               run_out("aten::rsqrt.out", out, [&](at::Tensor& o, const at::Tensor& a) { at::cpu::rsqrt_out(o, a); }, self))
+NEURON_HOT_OUT("aten::_softmax.out", softmax_out,
+               (const at::Tensor& self, int64_t dim, bool half_to_float, at::Tensor& out),
+               run_out("aten::_softmax.out", out,
+                       [&](at::Tensor& o, const at::Tensor& a) { at::cpu::_softmax_out(o, a, dim, half_to_float); }, self))
+NEURON_HOT_OUT("aten::pow.Tensor_Scalar_out", pow_out,
+               (const at::Tensor& self, const at::Scalar& exponent, at::Tensor& out),
+               run_out("aten::pow.Tensor_Scalar_out", out,
+                       [&](at::Tensor& o, const at::Tensor& a) { at::cpu::pow_out(o, a, exponent); }, self))
+NEURON_HOT_OUT("aten::mean.out", mean_out,
+               (const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                std::optional<at::ScalarType> dtype, at::Tensor& out),
+               run_out("aten::mean.out", out,
+                       [&](at::Tensor& o, const at::Tensor& a) { at::cpu::mean_out(o, a, dim, keepdim, dtype); }, self))
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("add.out", TORCH_FN(add_out));
+  m.impl("sub.out", TORCH_FN(sub_out));
+  m.impl("mul.out", TORCH_FN(mul_out));
+  m.impl("div.out", TORCH_FN(div_out));
+  m.impl("mm.out", TORCH_FN(mm_out));
+  m.impl("bmm.out", TORCH_FN(bmm_out));
+  m.impl("addmm.out", TORCH_FN(addmm_out));
+  m.impl("silu.out", TORCH_FN(silu_out));
+  m.impl("neg.out", TORCH_FN(neg_out));
+  m.impl("rsqrt.out", TORCH_FN(rsqrt_out));
+  m.impl("_softmax.out", TORCH_FN(softmax_out));
+  m.impl("pow.Tensor_Scalar_out", TORCH_FN(pow_out));
+  m.impl("mean.out", TORCH_FN(mean_out));
+}
+
+}  // namespace
+}  // namespace torch_neuron
