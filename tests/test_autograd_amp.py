@@ -42,3 +42,17 @@ def test_autocast_uses_cuda_op_lists():
         assert (a @ a).dtype == torch.float16
     assert torch.neuron.get_amp_supported_dtype() == [torch.bfloat16, torch.float16]
     assert torch.neuron.is_bf16_supported()
+
+
+def test_module_to_keeps_tied_weights():
+    from tiny_models import build
+
+    model = build("llama")
+    model.config.tie_word_embeddings = True
+    model.tie_weights()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    model.to("neuron")
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert model.lm_head.weight.device.type == "neuron"
+    model.to("cpu")
+    assert model.lm_head.weight is model.model.embed_tokens.weight

@@ -209,7 +209,15 @@ at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64
   return at::native::unfold(self, dimension, size, step);
 }
 
+// Whether `self.data = from` may swap in `from`'s storage: true between dense
+// neuron and dense CPU tensors, as between CUDA and CPU ones. Without it,
+// module.to("neuron") would make new Parameters and untie shared weights.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  return self.layout() == at::kStrided && from.layout() == at::kStrided;
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
   m.impl("_copy_from", TORCH_FN(copy_from));
