@@ -17,6 +17,17 @@ thread_local int t_current_device = 0;
 constexpr int kMaxDevices = 512;
 thread_local int t_current_stream[kMaxDevices] = {};
 
+Runtime* g_runtime = nullptr;
+
+void drain_at_exit() {
+  if (!g_runtime || g_bad_fork.load()) return;
+  try {
+    g_runtime->synchronize();
+  } catch (...) {
+    // an asynchronous failure nobody synchronized on: nothing to report it to now
+  }
+}
+
 void mark_child_after_fork() {
   if (g_initialized.load()) g_bad_fork.store(true);
 }
@@ -31,7 +42,11 @@ Runtime& Runtime::get() {
   }
   static Runtime* runtime = [] {
     auto* made = new Runtime();  // never destroyed: tensors may outlive static destructors
+    g_runtime = made;
     pthread_atfork(nullptr, nullptr, &mark_child_after_fork);
+    // Finish queued work before static destructors run: tasks may use objects of
+    // other libraries (allocators, kernels) that exit() destroys.
+    std::atexit([] { drain_at_exit(); });
     g_initialized.store(true);
     return made;
   }();

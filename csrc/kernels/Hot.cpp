@@ -3,6 +3,10 @@
 // forms of these structured ops reach the `.out` kernels below (PyTorch's
 // generated default kernels allocate the output on neuron, then call `.out`).
 #include <ATen/CPUFunctions.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/TypeProperties.h>
+
+#include <tuple>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -13,18 +17,45 @@
 namespace torch_neuron {
 namespace {
 
-// Runs `kernel(views...)` for an out= op: checks devices, makes host views of the
-// tensors, runs under a redirect, then gives `out` the metadata the kernel set.
+// Runs `kernel(out_view, input_views...)` for an out= op: checks devices, makes host
+// views, runs the kernel under a redirect, then gives `out` the metadata it set.
+//
+// Asynchronous mode (NEURON_LAUNCH_BLOCKING=0): the output's metadata is known
+// before the work runs (PyTorch's structured wrappers allocate `out` with its
+// final shape, and `expected` says what that shape and dtype are), so the kernel
+// is enqueued on the current stream and the call returns at once. The task holds
+// the neuron tensors, so their memory lives until it has run. When `out` would be
+// resized, or `expected` is unknown, the stream is drained and the kernel runs here.
+struct Expected {
+  std::vector<int64_t> sizes;
+  at::ScalarType dtype;
+};
+
 template <typename Kernel, typename... Tensors>
-at::Tensor& run_out(const char* name, at::Tensor& out, Kernel&& kernel, const Tensors&... inputs) {
+at::Tensor& run_out(const char* name, at::Tensor& out, const std::optional<Expected>& expected,
+                    Kernel kernel, const Tensors&... inputs) {
   DeviceCheck check;
   (check.add(inputs, name), ...);
   check.add(out, name);
   auto& rt = runtime();
   const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(rt.current_device());
-  if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(device).synchronize());
   HostCall call;
   call.device = device;
+  if (!rt.launch_blocking()) {
+    auto& stream = current_stream(device);
+    const bool same_device_inputs = ((inputs.device().type() == kNeuron) && ...);
+    if (expected && same_device_inputs && out.sizes() == c10::IntArrayRef(expected->sizes) &&
+        out.scalar_type() == expected->dtype) {
+      auto views = std::make_tuple(call.to_host(out), call.to_host(inputs)...);
+      auto keep_alive = std::make_tuple(out, inputs...);
+      stream.enqueue([device, kernel, views, keep_alive]() mutable {
+        AllocationRedirect redirect(device);
+        std::apply(kernel, views);
+      });
+      return out;
+    }
+    NEURON_RT_CALL(stream.synchronize());
+  }
   at::Tensor out_view = call.to_host(out);
   {
     AllocationRedirect redirect(device);
@@ -32,6 +63,33 @@ at::Tensor& run_out(const char* name, at::Tensor& out, Kernel&& kernel, const Te
   }
   call.sync_argument(out, out_view);
   return out;
+}
+
+std::optional<Expected> same_as(const at::Tensor& a) { return Expected{a.sizes().vec(), a.scalar_type()}; }
+
+std::optional<Expected> broadcast(const at::Tensor& a, const at::Tensor& b) {
+  return Expected{at::infer_size(a.sizes(), b.sizes()), at::result_type(a, b)};
+}
+
+std::optional<Expected> float_broadcast(const at::Tensor& a, const at::Tensor& b) {
+  auto type = at::result_type(a, b);
+  if (!at::isFloatingType(type)) return std::nullopt;  // true division promotes: let the kernel decide
+  return Expected{at::infer_size(a.sizes(), b.sizes()), type};
+}
+
+std::optional<Expected> matmul_2d(const at::Tensor& a, const at::Tensor& b) {
+  if (a.dim() != 2 || b.dim() != 2 || a.scalar_type() != b.scalar_type()) return std::nullopt;
+  return Expected{{a.size(0), b.size(1)}, a.scalar_type()};
+}
+
+std::optional<Expected> matmul_3d(const at::Tensor& a, const at::Tensor& b) {
+  if (a.dim() != 3 || b.dim() != 3 || a.scalar_type() != b.scalar_type()) return std::nullopt;
+  return Expected{{a.size(0), a.size(1), b.size(2)}, a.scalar_type()};
+}
+
+std::optional<Expected> floating_same_as(const at::Tensor& a) {
+  if (!at::isFloatingType(a.scalar_type())) return std::nullopt;
+  return same_as(a);
 }
 
 #define NEURON_HOT_OUT(counter_name, function, signature, ...)            \
@@ -43,57 +101,57 @@ at::Tensor& run_out(const char* name, at::Tensor& out, Kernel&& kernel, const Te
 
 NEURON_HOT_OUT("aten::add.out", add_out,
                (const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha, at::Tensor& out),
-               run_out("aten::add.out", out,
-                       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::add_out(o, a, b, alpha); },
+               run_out("aten::add.out", out, broadcast(self, other),
+                       [=](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::add_out(o, a, b, alpha); },
                        self, other))
 NEURON_HOT_OUT("aten::sub.out", sub_out,
                (const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha, at::Tensor& out),
-               run_out("aten::sub.out", out,
-                       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::sub_out(o, a, b, alpha); },
+               run_out("aten::sub.out", out, broadcast(self, other),
+                       [=](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::sub_out(o, a, b, alpha); },
                        self, other))
 NEURON_HOT_OUT("aten::mul.out", mul_out, (const at::Tensor& self, const at::Tensor& other, at::Tensor& out),
-               run_out("aten::mul.out", out,
-                       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::mul_out(o, a, b); },
+               run_out("aten::mul.out", out, broadcast(self, other),
+                       [=](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::mul_out(o, a, b); },
                        self, other))
 NEURON_HOT_OUT("aten::div.out", div_out, (const at::Tensor& self, const at::Tensor& other, at::Tensor& out),
-               run_out("aten::div.out", out,
-                       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::div_out(o, a, b); },
+               run_out("aten::div.out", out, float_broadcast(self, other),
+                       [=](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::div_out(o, a, b); },
                        self, other))
 NEURON_HOT_OUT("aten::mm.out", mm_out, (const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out),
-               run_out("aten::mm.out", out,
-                       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::mm_out(o, a, b); },
+               run_out("aten::mm.out", out, matmul_2d(self, mat2),
+                       [=](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::mm_out(o, a, b); },
                        self, mat2))
 NEURON_HOT_OUT("aten::bmm.out", bmm_out, (const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out),
-               run_out("aten::bmm.out", out,
-                       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::bmm_out(o, a, b); },
+               run_out("aten::bmm.out", out, matmul_3d(self, mat2),
+                       [=](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::bmm_out(o, a, b); },
                        self, mat2))
 NEURON_HOT_OUT("aten::addmm.out", addmm_out,
                (const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
                 const at::Scalar& alpha, at::Tensor& out),
-               run_out("aten::addmm.out", out,
-                       [&](at::Tensor& o, const at::Tensor& s, const at::Tensor& a, const at::Tensor& b) {
+               run_out("aten::addmm.out", out, matmul_2d(mat1, mat2),
+                       [=](at::Tensor& o, const at::Tensor& s, const at::Tensor& a, const at::Tensor& b) {
                          at::cpu::addmm_out(o, s, a, b, beta, alpha);
                        },
                        self, mat1, mat2))
 NEURON_HOT_OUT("aten::silu.out", silu_out, (const at::Tensor& self, at::Tensor& out),
-               run_out("aten::silu.out", out, [&](at::Tensor& o, const at::Tensor& a) { at::cpu::silu_out(o, a); }, self))
+               run_out("aten::silu.out", out, floating_same_as(self), [=](at::Tensor& o, const at::Tensor& a) { at::cpu::silu_out(o, a); }, self))
 NEURON_HOT_OUT("aten::neg.out", neg_out, (const at::Tensor& self, at::Tensor& out),
-               run_out("aten::neg.out", out, [&](at::Tensor& o, const at::Tensor& a) { at::cpu::neg_out(o, a); }, self))
+               run_out("aten::neg.out", out, same_as(self), [=](at::Tensor& o, const at::Tensor& a) { at::cpu::neg_out(o, a); }, self))
 NEURON_HOT_OUT("aten::rsqrt.out", rsqrt_out, (const at::Tensor& self, at::Tensor& out),
-               run_out("aten::rsqrt.out", out, [&](at::Tensor& o, const at::Tensor& a) { at::cpu::rsqrt_out(o, a); }, self))
+               run_out("aten::rsqrt.out", out, floating_same_as(self), [=](at::Tensor& o, const at::Tensor& a) { at::cpu::rsqrt_out(o, a); }, self))
 NEURON_HOT_OUT("aten::_softmax.out", softmax_out,
                (const at::Tensor& self, int64_t dim, bool half_to_float, at::Tensor& out),
-               run_out("aten::_softmax.out", out,
-                       [&](at::Tensor& o, const at::Tensor& a) { at::cpu::_softmax_out(o, a, dim, half_to_float); }, self))
+               run_out("aten::_softmax.out", out, half_to_float ? std::nullopt : floating_same_as(self),
+                       [=](at::Tensor& o, const at::Tensor& a) { at::cpu::_softmax_out(o, a, dim, half_to_float); }, self))
 NEURON_HOT_OUT("aten::pow.Tensor_Scalar_out", pow_out,
                (const at::Tensor& self, const at::Scalar& exponent, at::Tensor& out),
-               run_out("aten::pow.Tensor_Scalar_out", out,
-                       [&](at::Tensor& o, const at::Tensor& a) { at::cpu::pow_out(o, a, exponent); }, self))
+               run_out("aten::pow.Tensor_Scalar_out", out, std::nullopt,
+                       [=](at::Tensor& o, const at::Tensor& a) { at::cpu::pow_out(o, a, exponent); }, self))
 NEURON_HOT_OUT("aten::mean.out", mean_out,
                (const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                 std::optional<at::ScalarType> dtype, at::Tensor& out),
-               run_out("aten::mean.out", out,
-                       [&](at::Tensor& o, const at::Tensor& a) { at::cpu::mean_out(o, a, dim, keepdim, dtype); }, self))
+               run_out("aten::mean.out", out, std::nullopt,
+                       [=](at::Tensor& o, const at::Tensor& a) { at::cpu::mean_out(o, a, dim, keepdim, dtype); }, self))
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("add.out", TORCH_FN(add_out));
