@@ -80,6 +80,7 @@ PYBIND11_MODULE(_C, m) {
     NEURON_RT_CALL(runtime().synchronize(device));
   });
   m.def("launch_blocking", [] { return runtime().launch_blocking(); });
+  m.def("computes_64bit_as_32bit", [] { return compute_64bit_as_32bit(); });
   m.def("device_properties", &device_properties);
   m.def("memory_stats", &memory_stats);
   m.def("empty_cache", [] {

@@ -41,6 +41,42 @@ at::Tensor& run_out(const char* name, at::Tensor& out, const std::optional<Expec
   const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(rt.current_device());
   HostCall call;
   call.device = device;
+  auto is_64bit_value = [](const at::Tensor& t) {
+    return is_64bit(t.scalar_type()) && !t.unsafeGetTensorImpl()->is_wrapped_number();
+  };
+  if (compute_64bit_as_32bit() && (is_64bit(out.scalar_type()) || (is_64bit_value(inputs) || ...))) {
+    // Note [64-bit as 32-bit]: 32-bit copies in, the 32-bit result widened into `out`.
+    if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(device).synchronize());
+    at::Tensor out_view = call.to_host(out);
+    {
+      AllocationRedirect redirect(device);
+      auto narrow = [](const at::Tensor& t) {
+        return is_64bit(t.scalar_type()) && !t.unsafeGetTensorImpl()->is_wrapped_number()
+                   ? t.to(narrow_64bit(t.scalar_type()))
+                   : t;
+      };
+      const bool wide_out = is_64bit(out.scalar_type());
+      at::Tensor result = wide_out ? at::empty({0}, out_view.options().dtype(narrow_64bit(out.scalar_type())))
+                                   : out_view;
+      bool computed = false;
+      try {
+        kernel(result, narrow(call.to_host(inputs))...);
+        computed = true;
+      } catch (const c10::OutOfMemoryError&) {
+        throw;
+      } catch (const c10::Error&) {
+        // the 32-bit form is refused: compute in 64 bits (Note [64-bit as 32-bit])
+      }
+      if (computed && wide_out) {
+        if (out_view.sizes() != result.sizes()) out_view.resize_(result.sizes());
+        out_view.copy_(result);
+      } else if (!computed) {
+        kernel(out_view, call.to_host(inputs)...);
+      }
+    }
+    call.sync_argument(out, out_view);
+    return out;
+  }
   if (!rt.launch_blocking()) {
     auto& stream = current_stream(device);
     const bool same_device_inputs = ((inputs.device().type() == kNeuron) && ...);

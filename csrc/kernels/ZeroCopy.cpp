@@ -4,6 +4,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -182,6 +183,14 @@ void reset_op_counts() {
 
 // ---- the boxed zero-copy path ---------------------------------------------------------------
 
+bool compute_64bit_as_32bit() {
+  static const bool value = [] {
+    const char* setting = std::getenv("NEURON_SIM_NATIVE_64BIT");
+    return !(setting && std::string(setting) == "1");
+  }();
+  return value;
+}
+
 namespace {
 
 // What the boxed path needs to know of an op, computed once per schema.
@@ -189,8 +198,20 @@ struct OpPlan {
   std::string name;
   std::vector<bool> is_generator;  // per argument: Generator? type
   std::vector<int> write_alias_of; // per return: argument it writes and returns, or -1
+  std::vector<bool> is_index;      // per argument: an index/target tensor (kept 64-bit)
+  std::vector<bool> is_written;    // per argument: written by the op (in-place, out=)
   bool allow_cpu_tensors = false;  // indices of index ops may live on the CPU
 };
+
+bool is_index_argument(const std::string& name) {
+  static const char* names[] = {"index", "indices", "target", "offsets", "indices_or_sections",
+                                "boundaries", "sorted_sequence", "repeats", "lengths", "batch_sizes",
+                                "sorter", "tensor_indices_or_sections", "split_sizes"};
+  for (const char* candidate : names) {
+    if (name == candidate) return true;
+  }
+  return false;
+}
 
 const OpPlan& plan_for(const c10::OperatorHandle& op) {
   static std::shared_mutex mutex;
@@ -209,6 +230,8 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
     auto type = argument.real_type();
     if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
     plan->is_generator.push_back(type->kind() == c10::TypeKind::GeneratorType);
+    plan->is_index.push_back(is_index_argument(argument.name()));
+    plan->is_written.push_back(argument.alias_info() && argument.alias_info()->isWrite());
   }
   for (const auto& ret : schema->returns()) {
     int index = -1;
@@ -298,11 +321,67 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       value = c10::Device(c10::DeviceType::CPU);
     }
   }
+  // Note [64-bit as 32-bit]: narrow 64-bit value arguments. When the 32-bit attempt
+  // raises (e.g. a kernel that insists on int64 outputs), the op runs again in 64
+  // bits: nothing was written yet, as written arguments are narrowed copies.
+  bool narrowed_float = false, narrowed_int = false;
+  std::unordered_map<int, at::Tensor> wide_written;  // argument -> its 64-bit host view
+  std::vector<c10::IValue> host_arguments;
+  if (compute_64bit_as_32bit()) {
+    auto narrow = [&](const at::Tensor& t) -> at::Tensor {
+      if (!t.defined() || !is_64bit(t.scalar_type()) || t.unsafeGetTensorImpl()->is_wrapped_number()) {
+        return t;
+      }
+      (t.scalar_type() == at::kDouble ? narrowed_float : narrowed_int) = true;
+      AllocationRedirect redirect(device);
+      return t.to(narrow_64bit(t.scalar_type()));
+    };
+    for (size_t i = 0; i < num_arguments; ++i) {
+      if (plan.is_index[i]) continue;
+      c10::IValue& value = (*stack)[begin + i];
+      if (value.isTensor()) {
+        const at::Tensor wide = value.toTensor();
+        at::Tensor narrowed = narrow(wide);
+        if (narrowed.is_same(wide)) continue;
+        if (host_arguments.empty()) host_arguments.assign(stack->begin() + begin, stack->end());
+        host_arguments[i] = wide;
+        if (plan.is_written[i]) wide_written.emplace(int(i), wide);
+        value = std::move(narrowed);
+      } else if (list_has_tensors(value)) {
+        c10::IValue narrowed = list_map(value, narrow);
+        if (host_arguments.empty()) host_arguments.assign(stack->begin() + begin, stack->end());
+        host_arguments[i] = value;
+        value = std::move(narrowed);
+      }
+    }
+  }
   {
     c10::DeviceGuard guard(c10::Device(kNeuron, device));
     AllocationRedirect redirect(device);
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    if (host_arguments.empty()) {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    } else {
+      try {
+        op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+      } catch (const c10::OutOfMemoryError&) {
+        throw;
+      } catch (const c10::Error&) {
+        stack->resize(begin);
+        stack->insert(stack->end(), host_arguments.begin(), host_arguments.end());
+        narrowed_float = narrowed_int = false;
+        wide_written.clear();
+        op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+      }
+    }
   }
+  auto widen = [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined()) return t;
+    if ((narrowed_float && t.scalar_type() == at::kFloat) || (narrowed_int && t.scalar_type() == at::kInt)) {
+      AllocationRedirect redirect(device);
+      return t.to(t.scalar_type() == at::kFloat ? at::kDouble : at::kLong);
+    }
+    return t;
+  };
   const size_t num_returns = op.schema().returns().size();
   const size_t out_begin = stack->size() - num_returns;
   for (size_t r = 0; r < num_returns; ++r) {
@@ -310,12 +389,20 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const int argument = plan.write_alias_of[r];
     if (argument >= 0 && value.isTensor()) {
       const at::Tensor& original = originals[argument].toTensor();
-      call.sync_argument(original, value.toTensor());
+      at::Tensor written = value.toTensor();
+      auto wide = wide_written.find(argument);
+      if (wide != wide_written.end()) {  // copy the 32-bit result back into the 64-bit argument
+        AllocationRedirect redirect(device);
+        if (wide->second.sizes() != written.sizes()) wide->second.resize_(written.sizes());
+        wide->second.copy_(written);
+        written = wide->second;
+      }
+      call.sync_argument(original, written);
       value = original;
     } else if (value.isTensor()) {
-      value = call.to_device(value.toTensor());
+      value = call.to_device(widen(value.toTensor()));
     } else if (list_has_tensors(value)) {
-      value = list_map(value, [&](const at::Tensor& t) { return call.to_device(t); });
+      value = list_map(value, [&](const at::Tensor& t) { return call.to_device(widen(t)); });
     }
   }
 }

@@ -138,6 +138,19 @@ struct HostCall {
 };
 
 
+// Note [64-bit as 32-bit]
+// The real NeuronCore stores float64 and int64 tensors but computes them in 32
+// bits; outputs keep their dtype. We do the same by default: a kernel gets
+// float32 / int32 copies of its 64-bit inputs (not of index arguments, which are
+// addresses, not values), and its float32 / int32 results are widened back into
+// 64-bit outputs. Values beyond the 32-bit range wrap as they would on the device.
+// NEURON_SIM_NATIVE_64BIT=1 turns this off (64-bit math, as on the CPU).
+bool compute_64bit_as_32bit();
+inline bool is_64bit(at::ScalarType type) { return type == at::kDouble || type == at::kLong; }
+inline at::ScalarType narrow_64bit(at::ScalarType type) {
+  return type == at::kDouble ? at::kFloat : type == at::kLong ? at::kInt : type;
+}
+
 // Runs `op` (boxed, arguments on `stack`) with the zero-copy scheme above.
 void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 

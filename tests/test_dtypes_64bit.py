@@ -1,0 +1,45 @@
+"""float64 / int64: stored as such, computed in 32 bits by default (as the real device),
+with NEURON_SIM_NATIVE_64BIT=1 to compute in 64 bits."""
+import torch
+import torch_neuronx
+
+from conftest import run_python
+
+
+def test_64bit_tensors_keep_their_dtype_but_compute_in_32_bits():
+    assert torch_neuronx._sim._C.computes_64bit_as_32bit()
+    big = torch.tensor([2**31 - 1, 5, -7])
+    result = big.to("neuron") + 1
+    assert result.dtype == torch.int64
+    assert result.cpu().tolist() == [-(2**31), 6, -6]  # wraps like int32 on the device
+    x = torch.tensor([1.0, 1e-10], dtype=torch.float64)
+    y = x.to("neuron") + 1
+    assert y.dtype == torch.float64
+    assert y.cpu().tolist() == [2.0, 1.0]  # float32 precision
+    storage_round_trip = torch.tensor([2**40 + 1], dtype=torch.int64)
+    assert storage_round_trip.to("neuron").cpu().item() == 2**40 + 1  # storage keeps 64 bits
+
+
+def test_small_values_and_index_arguments_are_exact():
+    a = torch.arange(10, device="neuron")
+    assert a.dtype == torch.int64
+    assert torch.cumsum(a, 0).cpu().tolist() == torch.cumsum(torch.arange(10), 0).tolist()
+    values = torch.randn(6, 4, dtype=torch.float64)
+    index = torch.tensor([5, 0, 3])
+    got = torch.index_select(values.to("neuron"), 0, index.to("neuron"))
+    torch.testing.assert_close(got.cpu(), torch.index_select(values, 0, index), rtol=1e-6, atol=1e-6)
+    gathered = torch.gather(values.to("neuron"), 1, torch.zeros(6, 1, dtype=torch.long, device="neuron"))
+    assert gathered.dtype == torch.float64 and gathered.shape == (6, 1)
+    m = torch.tensor([[3, 9], [7, 1]]).to("neuron")
+    assert m.max(dim=1).values.cpu().tolist() == [9, 7] and m.max(dim=1).indices.dtype == torch.int64
+
+
+def test_native_64bit_setting_computes_in_64_bits():
+    result = run_python(
+        "import torch, torch_neuronx\n"
+        "print(torch_neuronx._sim._C.computes_64bit_as_32bit(),"
+        " (torch.tensor([2**31 - 1]).to('neuron') + 1).item(),"
+        " (torch.tensor([1e-10], dtype=torch.float64).to('neuron') + 1).item() != 1.0)",
+        env={"NEURON_SIM_NATIVE_64BIT": "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", str(2**31), "True"]
