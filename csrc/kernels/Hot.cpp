@@ -189,7 +189,77 @@ NEURON_HOT_OUT("aten::mean.out", mean_out,
                run_out("aten::mean.out", out, std::nullopt,
                        [=](at::Tensor& o, const at::Tensor& a) { at::cpu::mean_out(o, a, dim, keepdim, dtype); }, self))
 
+NEURON_HOT_OUT("aten::sin.out", sin_out, (const at::Tensor& self, at::Tensor& out),
+               run_out("aten::sin.out", out, floating_same_as(self), [=](at::Tensor& o, const at::Tensor& a) { at::cpu::sin_out(o, a); }, self))
+NEURON_HOT_OUT("aten::cos.out", cos_out, (const at::Tensor& self, at::Tensor& out),
+               run_out("aten::cos.out", out, floating_same_as(self), [=](at::Tensor& o, const at::Tensor& a) { at::cpu::cos_out(o, a); }, self))
+NEURON_HOT_OUT("aten::where.self_out", where_out,
+               (const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other, at::Tensor& out),
+               run_out("aten::where.self_out", out, std::nullopt,
+                       [=](at::Tensor& o, const at::Tensor& c, const at::Tensor& a, const at::Tensor& b) {
+                         at::cpu::where_out(o, c, a, b);
+                       },
+                       condition, self, other))
+
+// Data movement (no arithmetic, so no 64-bit narrowing): run on host views in place.
+struct Inline {
+  HostCall call;
+  Inline(c10::DeviceIndex device) {
+    auto& rt = runtime();
+    call.device = device >= 0 ? device : c10::DeviceIndex(rt.current_device());
+    if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(call.device).synchronize());
+  }
+};
+
+at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
+  static OpCounter counter("aten::cat.out");
+  counter.hit();
+  DeviceCheck check;
+  for (const at::Tensor& tensor : tensors) check.add(tensor, "aten::cat.out");
+  check.add(out, "aten::cat.out");
+  Inline run(check.device);
+  std::vector<at::Tensor> views;
+  for (const at::Tensor& tensor : tensors) views.push_back(run.call.to_host(tensor));
+  at::Tensor out_view = run.call.to_host(out);
+  {
+    AllocationRedirect redirect(run.call.device);
+    at::cpu::cat_out(out_view, views, dim);
+  }
+  run.call.sync_argument(out, out_view);
+  return out;
+}
+
+at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  static OpCounter counter("aten::index_select");
+  counter.hit();
+  DeviceCheck check;
+  check.add(self, "aten::index_select");
+  check.add(index, "aten::index_select");
+  Inline run(check.device);
+  at::Tensor result;
+  {
+    AllocationRedirect redirect(run.call.device);
+    result = at::cpu::index_select(run.call.to_host(self), dim, run.call.to_host(index));
+  }
+  return run.call.to_device(result);
+}
+
+at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
+  static OpCounter counter("aten::fill_.Scalar");
+  counter.hit();
+  Inline run(self.device().index());
+  at::Tensor view = run.call.to_host(self);
+  at::cpu::fill_(view, value);
+  return self;
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("sin.out", TORCH_FN(sin_out));
+  m.impl("cos.out", TORCH_FN(cos_out));
+  m.impl("where.self_out", TORCH_FN(where_out));
+  m.impl("cat.out", TORCH_FN(cat_out));
+  m.impl("index_select", TORCH_FN(index_select));
+  m.impl("fill_.Scalar", TORCH_FN(fill_scalar));
   m.impl("add.out", TORCH_FN(add_out));
   m.impl("sub.out", TORCH_FN(sub_out));
   m.impl("mul.out", TORCH_FN(mul_out));
