@@ -127,3 +127,30 @@ def test_fallback_warns_once_per_op():
         torch.special.erfcx(a)
     messages = [str(w.message) for w in caught if "special_erfcx" in str(w.message)]
     assert len(messages) == 1 and "no native neuron kernel" in messages[0]
+
+
+def test_convolution_forward_and_backward_match_cpu():
+    torch.manual_seed(0)
+    for conv, shape in [(torch.nn.Conv1d(4, 4, 3, groups=4, padding=2), (2, 4, 9)),
+                        (torch.nn.Conv2d(3, 5, 3, stride=2, padding=1), (2, 3, 8, 8))]:
+        x = torch.randn(shape, requires_grad=True)
+        expected = conv(x)
+        expected.square().sum().backward()
+        on_neuron = type(conv)(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
+                               padding=conv.padding, groups=conv.groups)
+        on_neuron.load_state_dict(conv.state_dict())
+        on_neuron.to("neuron")
+        xn = x.detach().to("neuron").requires_grad_()
+        got = on_neuron(xn)
+        got.square().sum().backward()
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(xn.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(on_neuron.weight.grad.cpu(), conv.weight.grad, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(on_neuron.bias.grad.cpu(), conv.bias.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_histc_accepts_integer_inputs_like_an_accelerator():
+    x = torch.tensor([0, 2, 2, 3, 7], dtype=torch.int32)
+    got = torch.histc(x.to("neuron"), bins=4, min=0, max=3)
+    assert got.dtype == torch.int32
+    assert got.cpu().tolist() == torch.histc(x.float(), bins=4, min=0, max=3).int().tolist()

@@ -1,0 +1,101 @@
+// Ops whose CPU kernel differs from an accelerator's (CUDA's) contract; the neuron
+// device follows the accelerator, since models pick code paths by device type.
+//  - convolution: an out-of-tree device is routed to convolution_overrideable
+//    (and its backward); we run ATen's CPU convolution on host views.
+//  - histc: CUDA accepts integer inputs (transformers' MoE layers pass int32 on
+//    accelerators); the CPU kernel takes floating inputs only.
+#include <ATen/CPUFunctions.h>
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
+#include <torch/library.h>
+
+#include "../NeuronAllocator.h"
+#include "../NeuronCommon.h"
+#include "ZeroCopy.h"
+
+namespace torch_neuron {
+namespace {
+
+c10::DeviceIndex prepare(DeviceCheck& check) {
+  auto& rt = runtime();
+  const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(rt.current_device());
+  if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(device).synchronize());
+  return device;
+}
+
+at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                       c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                       bool transposed, c10::IntArrayRef output_padding, int64_t groups) {
+  static OpCounter counter("aten::convolution_overrideable");
+  counter.hit();
+  DeviceCheck check;
+  check.add(input, "aten::convolution");
+  check.add(weight, "aten::convolution");
+  if (bias) check.add(*bias, "aten::convolution");
+  HostCall call;
+  call.device = prepare(check);
+  at::Tensor result;
+  {
+    AllocationRedirect redirect(call.device);
+    std::optional<at::Tensor> bias_view;
+    if (bias && bias->defined()) bias_view = call.to_host(*bias);
+    result = at::convolution(call.to_host(input), call.to_host(weight), bias_view, stride, padding, dilation,
+                             transposed, output_padding, groups);
+  }
+  return call.to_device(result);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  static OpCounter counter("aten::convolution_backward_overrideable");
+  counter.hit();
+  DeviceCheck check;
+  check.add(grad_output, "aten::convolution_backward");
+  check.add(input, "aten::convolution_backward");
+  check.add(weight, "aten::convolution_backward");
+  HostCall call;
+  call.device = prepare(check);
+  const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
+  std::vector<int64_t> bias_sizes{out_channels};
+  at::Tensor grad_input, grad_weight, grad_bias;
+  {
+    AllocationRedirect redirect(call.device);
+    std::tie(grad_input, grad_weight, grad_bias) = at::convolution_backward(
+        call.to_host(grad_output), call.to_host(input), call.to_host(weight),
+        output_mask[2] ? at::OptionalIntArrayRef(bias_sizes) : std::nullopt, stride, padding, dilation,
+        transposed, output_padding, groups, output_mask);
+  }
+  return {call.to_device(grad_input), call.to_device(grad_weight), call.to_device(grad_bias)};
+}
+
+at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
+  static OpCounter counter("aten::histc");
+  counter.hit();
+  DeviceCheck check;
+  check.add(self, "aten::histc");
+  HostCall call;
+  call.device = prepare(check);
+  at::Tensor result;
+  {
+    AllocationRedirect redirect(call.device);
+    at::Tensor view = call.to_host(self);
+    if (at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) {
+      // integer values are exact in float64; counts come back in the input's dtype, as on CUDA
+      result = at::cpu::histc(view.to(at::kDouble), bins, min, max).to(self.scalar_type());
+    } else {
+      result = at::cpu::histc(view, bins, min, max);
+    }
+  }
+  return call.to_device(result);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable", TORCH_FN(convolution));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
+  m.impl("histc", TORCH_FN(histc));
+}
+
+}  // namespace
+}  // namespace torch_neuron
