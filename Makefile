@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h runtime/*.cpp runtime/*.h) setup.py
 EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
-.PHONY: demo test test-runtime test-python bench deps venv build clean
+.PHONY: demo test test-runtime test-python bench conformance deps venv build clean
 
 demo: build
 	$(PY) scripts/demo.py
@@ -22,6 +22,12 @@ test: test-runtime test-python
 
 bench: build
 	$(PY) bench/bench.py --output BENCHMARKS.md
+
+# Full conformance sweeps (not in CI): every OpInfo against CPU -> COVERAGE.md, every
+# causal-LM architecture of transformers -> COMPAT.md. Filter with ONLY=name.
+conformance: build
+	$(PY) -m conformance.opinfo_sweep --output COVERAGE.md $(if $(ONLY),--only $(ONLY))
+	$(PY) -m conformance.arch_sweep --output COMPAT.md $(if $(ONLY),--only $(ONLY))
 
 # Debian packages: compilers, cmake, ninja, GoogleTest, ccache.
 deps: .deps.stamp
