@@ -4,6 +4,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -65,9 +66,11 @@ bool is_pinned(const at::Tensor& tensor) {
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   static OpCounter counter("aten::_copy_from");
   counter.hit();
-  TORCH_CHECK(self.sizes() == dst.sizes() || self.numel() == dst.numel() || dst.numel() == 0,
-              "copy between neuron and cpu: sizes ", self.sizes(), " and ", dst.sizes(), " differ");
   const bool from_device = self.device().type() == kNeuron;
+  if (self.sizes() != dst.sizes() && dst.numel() != 0) {
+    // copy_ broadcasts the source to the destination's shape
+    return copy_from(self.expand(dst.sizes()), dst, non_blocking);
+  }
   const bool to_device = dst.device().type() == kNeuron;
   TORCH_CHECK(from_device || self.device().is_cpu(), "cannot copy from ", self.device(), " to ", dst.device());
   TORCH_CHECK(to_device || dst.device().is_cpu(), "cannot copy from ", self.device(), " to ", dst.device());
@@ -131,6 +134,7 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
   counter.hit();
   at::native::check_size_nonnegative(size);
   auto* impl = self.unsafeGetTensorImpl();
+  if (self.sizes() == size && !memory_format) return self;  // keeps its strides, as on CPU
   impl->set_sizes_contiguous(size);
   const size_t needed = at::detail::computeStorageNbytesContiguous(size, self.dtype().itemsize(),
                                                                    self.storage_offset());
@@ -216,7 +220,19 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return self.layout() == at::kStrided && from.layout() == at::kStrided;
 }
 
+// A zero tensor (autograd's stand-in for all-zero gradients): no memory at all.
+at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                                 std::optional<at::Layout> layout, std::optional<at::Device> device,
+                                 std::optional<bool> pin_memory) {
+  static OpCounter counter("aten::_efficientzerotensor");
+  counter.hit();
+  at::native::ZeroTensorAllocator allocator(c10::Device(kNeuron, target_device(device)));
+  auto keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  return at::detail::empty_generic(size, &allocator, keys, c10::dtype_or_default(dtype), std::nullopt);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));

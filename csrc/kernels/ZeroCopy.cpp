@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -53,7 +54,11 @@ c10::Storage adopt_storage(c10::StorageImpl* cpu_storage, c10::DeviceIndex devic
 c10::Storage copy_storage_to_device(c10::StorageImpl* cpu_storage, c10::DeviceIndex device) {
   c10::DeviceGuard guard(c10::Device(kNeuron, device));
   c10::DataPtr data = neuron_allocator()->allocate(cpu_storage->nbytes());
-  if (cpu_storage->nbytes()) {
+  if (cpu_storage->nbytes() && !cpu_storage->data()) {  // a storage without memory (e.g. of a zero tensor)
+    auto& stream = current_stream(device);
+    NEURON_RT_CALL(stream.synchronize());
+    std::memset(data.get(), 0, cpu_storage->nbytes());
+  } else if (cpu_storage->nbytes()) {
     NEURON_RT_CALL(neuron_rt::copy_host_to_device(current_stream(device), data.get(),
                                                   cpu_storage->data(), cpu_storage->nbytes(), true));
   }
@@ -201,6 +206,8 @@ struct OpPlan {
   std::vector<bool> is_index;      // per argument: an index/target tensor (kept 64-bit)
   std::vector<bool> is_written;    // per argument: written by the op (in-place, out=)
   bool allow_cpu_tensors = false;  // indices of index ops may live on the CPU
+  bool narrow_64bit = true;        // Note [64-bit as 32-bit] applies
+  int dtype_argument = -1;         // `dtype` / `out_int32` argument: outputs typed on request
 };
 
 bool is_index_argument(const std::string& name) {
@@ -232,6 +239,15 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
     plan->is_generator.push_back(type->kind() == c10::TypeKind::GeneratorType);
     plan->is_index.push_back(is_index_argument(argument.name()));
     plan->is_written.push_back(argument.alias_info() && argument.alias_info()->isWrite());
+    if (argument.name() == "dtype" || argument.name() == "out_int32") {
+      plan->dtype_argument = int(plan->is_written.size()) - 1;
+    }
+  }
+  // Integer sequences and random integers are generated exactly (sizes and ranges
+  // depend on the dtype), as the device's runtime does for them.
+  for (const char* prefix : {"aten::arange", "aten::range", "aten::randperm", "aten::random_",
+                             "aten::randint"}) {
+    if (name.name.rfind(prefix, 0) == 0) plan->narrow_64bit = false;
   }
   for (const auto& ret : schema->returns()) {
     int index = -1;
@@ -325,9 +341,8 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // raises (e.g. a kernel that insists on int64 outputs), the op runs again in 64
   // bits: nothing was written yet, as written arguments are narrowed copies.
   bool narrowed_float = false, narrowed_int = false;
-  std::unordered_map<int, at::Tensor> wide_written;  // argument -> its 64-bit host view
-  std::vector<c10::IValue> host_arguments;
-  if (compute_64bit_as_32bit()) {
+  std::vector<c10::IValue> host_arguments;  // the arguments before narrowing, when narrowed
+  if (compute_64bit_as_32bit() && plan.narrow_64bit) {
     auto narrow = [&](const at::Tensor& t) -> at::Tensor {
       if (!t.defined() || !is_64bit(t.scalar_type()) || t.unsafeGetTensorImpl()->is_wrapped_number()) {
         return t;
@@ -340,20 +355,22 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       if (plan.is_index[i]) continue;
       c10::IValue& value = (*stack)[begin + i];
       if (value.isTensor()) {
-        const at::Tensor wide = value.toTensor();
-        at::Tensor narrowed = narrow(wide);
-        if (narrowed.is_same(wide)) continue;
+        at::Tensor narrowed = narrow(value.toTensor());
+        if (narrowed.is_same(value.toTensor())) continue;
         if (host_arguments.empty()) host_arguments.assign(stack->begin() + begin, stack->end());
-        host_arguments[i] = wide;
-        if (plan.is_written[i]) wide_written.emplace(int(i), wide);
         value = std::move(narrowed);
       } else if (list_has_tensors(value)) {
         c10::IValue narrowed = list_map(value, narrow);
         if (host_arguments.empty()) host_arguments.assign(stack->begin() + begin, stack->end());
-        host_arguments[i] = value;
         value = std::move(narrowed);
       }
     }
+  }
+  // What each written (in-place / out=) argument was given: its host view, or its
+  // narrowed copy; results are taken from here, also for ops that return nothing.
+  std::vector<std::pair<int, at::Tensor>> written;
+  for (size_t i = 0; i < num_arguments; ++i) {
+    if (plan.is_written[i] && (*stack)[begin + i].isTensor()) written.emplace_back(int(i), (*stack)[begin + i].toTensor());
   }
   {
     c10::DeviceGuard guard(c10::Device(kNeuron, device));
@@ -368,14 +385,33 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       } catch (const c10::Error&) {
         stack->resize(begin);
         stack->insert(stack->end(), host_arguments.begin(), host_arguments.end());
+        host_arguments.clear();
         narrowed_float = narrowed_int = false;
-        wide_written.clear();
+        for (auto& entry : written) entry.second = (*stack)[begin + entry.first].toTensor();
         op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
       }
     }
   }
+  // Written arguments: copy narrowed results back into the 64-bit host view, then
+  // give the device tensor the metadata the kernel set (a resize of an out=).
+  for (auto& [index, given] : written) {
+    at::Tensor target = given;
+    if (!host_arguments.empty()) {
+      const c10::IValue& wide = host_arguments[index];
+      if (wide.isTensor() && !wide.toTensor().is_same(given)) {
+        target = wide.toTensor();
+        AllocationRedirect redirect(device);
+        if (target.sizes() != given.sizes()) target.resize_(given.sizes());
+        target.copy_(given);
+      }
+    }
+    call.sync_argument(originals[index].toTensor(), target);
+  }
+  const bool typed_on_request =
+      plan.dtype_argument >= 0 && !originals[plan.dtype_argument].isNone() &&
+      !(originals[plan.dtype_argument].isBool() && !originals[plan.dtype_argument].toBool());
   auto widen = [&](const at::Tensor& t) -> at::Tensor {
-    if (!t.defined()) return t;
+    if (!t.defined() || typed_on_request) return t;
     if ((narrowed_float && t.scalar_type() == at::kFloat) || (narrowed_int && t.scalar_type() == at::kInt)) {
       AllocationRedirect redirect(device);
       return t.to(t.scalar_type() == at::kFloat ? at::kDouble : at::kLong);
@@ -388,17 +424,7 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     c10::IValue& value = (*stack)[out_begin + r];
     const int argument = plan.write_alias_of[r];
     if (argument >= 0 && value.isTensor()) {
-      const at::Tensor& original = originals[argument].toTensor();
-      at::Tensor written = value.toTensor();
-      auto wide = wide_written.find(argument);
-      if (wide != wide_written.end()) {  // copy the 32-bit result back into the 64-bit argument
-        AllocationRedirect redirect(device);
-        if (wide->second.sizes() != written.sizes()) wide->second.resize_(written.sizes());
-        wide->second.copy_(written);
-        written = wide->second;
-      }
-      call.sync_argument(original, written);
-      value = original;
+      value = originals[argument];
     } else if (value.isTensor()) {
       value = call.to_device(widen(value.toTensor()));
     } else if (list_has_tensors(value)) {
@@ -416,6 +442,28 @@ void zero_copy_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torc
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&zero_copy_fallback>());
+}
+
+// Ops with both a CPU kernel and a CompositeExplicitAutograd decomposition: without a
+// kernel of ours the decomposition would run (other numerics than the CPU kernel, or
+// a device check that refuses neuron). They take the generic path to the CPU kernel.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* name : {"addr", "addr.out", "native_layer_norm", "native_group_norm", "_stack",
+                           "_stack.out", "any.dims", "any.dims_out", "all.dims", "all.dims_out",
+                           "linalg__powsum", "mode", "mode.values"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&zero_copy_fallback>());
+  }
+}
+
+// Conjugate and negative views reach _copy_from as they are (it copies them
+// correctly); materializing them first would call copy_ -> _copy_from again.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace torch_neuron
