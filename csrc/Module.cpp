@@ -81,6 +81,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("launch_blocking", [] { return runtime().launch_blocking(); });
   m.def("computes_64bit_as_32bit", [] { return compute_64bit_as_32bit(); });
+  m.def("_set_computes_64bit_as_32bit", [](bool value) { set_compute_64bit_as_32bit(value); });
   m.def("device_properties", &device_properties);
   m.def("memory_stats", &memory_stats);
   m.def("empty_cache", [] {

@@ -4,6 +4,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -188,13 +189,15 @@ void reset_op_counts() {
 
 // ---- the boxed zero-copy path ---------------------------------------------------------------
 
-bool compute_64bit_as_32bit() {
-  static const bool value = [] {
-    const char* setting = std::getenv("NEURON_SIM_NATIVE_64BIT");
-    return !(setting && std::string(setting) == "1");
-  }();
-  return value;
-}
+namespace {
+std::atomic<bool> g_64bit_as_32bit{[] {
+  const char* setting = std::getenv("NEURON_SIM_NATIVE_64BIT");
+  return !(setting && std::string(setting) == "1");
+}()};
+}  // namespace
+
+bool compute_64bit_as_32bit() { return g_64bit_as_32bit.load(std::memory_order_relaxed); }
+void set_compute_64bit_as_32bit(bool value) { g_64bit_as_32bit.store(value); }
 
 namespace {
 
@@ -342,7 +345,23 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // bits: nothing was written yet, as written arguments are narrowed copies.
   bool narrowed_float = false, narrowed_int = false;
   std::vector<c10::IValue> host_arguments;  // the arguments before narrowing, when narrowed
-  if (compute_64bit_as_32bit() && plan.narrow_64bit) {
+  // An integer scalar beyond the int32 range (e.g. iinfo(int64).min as a fill value, as
+  // a Python number or a one-element tensor) would wrap; such an op runs in 64 bits.
+  bool scalars_fit = true;
+  for (size_t i = 0; i < num_arguments && scalars_fit; ++i) {
+    const c10::IValue& value = (*stack)[begin + i];
+    int64_t v = 0;
+    if (value.isInt()) {
+      v = value.toInt();
+    } else if (value.isScalar() && value.toScalar().isIntegral(false)) {
+      v = value.toScalar().toLong();
+    } else if (value.isTensor() && value.toTensor().defined() && value.toTensor().numel() == 1 &&
+               value.toTensor().scalar_type() == at::kLong) {
+      v = *static_cast<const int64_t*>(value.toTensor().const_data_ptr());
+    }
+    scalars_fit = v >= INT32_MIN && v <= INT32_MAX;
+  }
+  if (compute_64bit_as_32bit() && plan.narrow_64bit && scalars_fit) {
     auto narrow = [&](const at::Tensor& t) -> at::Tensor {
       if (!t.defined() || !is_64bit(t.scalar_type()) || t.unsafeGetTensorImpl()->is_wrapped_number()) {
         return t;

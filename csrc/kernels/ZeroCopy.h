@@ -146,6 +146,8 @@ struct HostCall {
 // 64-bit outputs. Values beyond the 32-bit range wrap as they would on the device.
 // NEURON_SIM_NATIVE_64BIT=1 turns this off (64-bit math, as on the CPU).
 bool compute_64bit_as_32bit();
+// Changes the setting at run time (for tests and the conformance sweep).
+void set_compute_64bit_as_32bit(bool value);
 inline bool is_64bit(at::ScalarType type) { return type == at::kDouble || type == at::kLong; }
 inline at::ScalarType narrow_64bit(at::ScalarType type) {
   return type == at::kDouble ? at::kFloat : type == at::kLong ? at::kInt : type;
