@@ -33,9 +33,17 @@ void Stream::enqueue(Task task) {
       std::lock_guard<std::mutex> lock(mutex_);
       enqueued_++;
     }
-    task();  // errors surface at once, at the call that caused them
-    std::lock_guard<std::mutex> lock(mutex_);
-    completed_++;
+    struct Complete {  // also when the task throws: errors surface at the call that caused them
+      Stream* stream;
+      ~Complete() {
+        {
+          std::lock_guard<std::mutex> lock(stream->mutex_);
+          stream->completed_++;
+        }
+        stream->work_done_.notify_all();  // other threads may be in synchronize()
+      }
+    } complete{this};
+    task();
     return;
   }
   {

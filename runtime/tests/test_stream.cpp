@@ -60,6 +60,27 @@ TEST_P(StreamModes, EventsRecordQueryAndTime) {
   EXPECT_GE(start.elapsed_ms(end), 15.0);
 }
 
+TEST_P(StreamModes, ThreadsSynchronizeWhileOthersEnqueue) {
+  // Regression: in launch-blocking mode a task finishing on one thread must wake a
+  // thread waiting in synchronize() (model loading copies weights from a thread pool).
+  Stream stream(0, 0, GetParam());
+  std::atomic<int> count{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 300; ++i) {
+        stream.enqueue([&count] {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          count++;
+        });
+        stream.synchronize();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(count.load(), 1200);
+}
+
 INSTANTIATE_TEST_SUITE_P(BlockingAndAsync, StreamModes, ::testing::Values(true, false));
 
 TEST(Stream, AsyncEnqueueReturnsBeforeTheWorkRuns) {
