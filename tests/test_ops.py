@@ -154,3 +154,11 @@ def test_histc_accepts_integer_inputs_like_an_accelerator():
     got = torch.histc(x.to("neuron"), bins=4, min=0, max=3)
     assert got.dtype == torch.int32
     assert got.cpu().tolist() == torch.histc(x.float(), bins=4, min=0, max=3).int().tolist()
+
+
+def test_cpu_scalars_first_and_64bit_operands_in_functional_hot_ops():
+    flags = torch.tensor([1, 0, 1]).to("neuron")
+    assert (1 - flags).cpu().tolist() == [0, 1, 0]  # rsub: a CPU wrapped number comes first
+    x = torch.arange(3.0).to("neuron")
+    assert (torch.tensor(2.0) * x).cpu().tolist() == [0.0, 2.0, 4.0]
+    assert (flags * 5 + flags).cpu().tolist() == [6, 0, 6]

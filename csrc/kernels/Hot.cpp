@@ -201,6 +201,139 @@ NEURON_HOT_OUT("aten::where.self_out", where_out,
                        },
                        condition, self, other))
 
+// Functional forms of hot ops. Fast path (launch-blocking mode, all inputs on one neuron
+// device, no 64-bit values): the CPU kernel computes the output's metadata once and
+// allocates it under the redirect; the output is adopted. Otherwise the output is
+// allocated with its expected metadata and the out= kernel above runs (asynchronous or
+// 64-bit handling), or, when that metadata is not known, the generic path runs.
+template <typename... Tensors>
+bool fast_functional(const Tensors&... inputs) {
+  auto plain = [](const at::Tensor& t) {
+    return t.device().type() == kNeuron && !is_64bit(t.scalar_type());
+  };
+  return runtime().launch_blocking() && (plain(inputs) && ...);
+}
+
+// Options of the first neuron tensor among the inputs (a CPU scalar may come first).
+template <typename... Tensors>
+at::TensorOptions device_options(const Tensors&... inputs) {
+  std::optional<at::TensorOptions> options;
+  auto pick = [&](const at::Tensor& t) {
+    if (!options && t.device().type() == kNeuron) options = t.options();
+  };
+  (pick(inputs), ...);
+  return options ? *options : at::TensorOptions().device(kNeuron, runtime().current_device());
+}
+
+template <typename Functional, typename... Tensors>
+at::Tensor run_fast(const char* name, Functional functional, const Tensors&... inputs) {
+  DeviceCheck check;
+  (check.add(inputs, name), ...);
+  HostCall call;
+  call.device = check.device;
+  at::Tensor result;
+  {
+    AllocationRedirect redirect(call.device);
+    result = functional(call.to_host(inputs)...);
+  }
+  return call.to_device(result);
+}
+
+template <typename... Args>
+at::Tensor run_generic(const c10::OperatorHandle& op, const Args&... args) {
+  torch::jit::Stack stack;
+  torch::jit::push(stack, args...);
+  run_zero_copy(op, &stack);
+  return stack[0].toTensor();
+}
+
+#define NEURON_HOT_FUNCTIONAL(schema_name, overload, function, signature, fast_call, expected, out_call, ...)    \
+  at::Tensor function signature {                                                                           \
+    static OpCounter counter(overload[0] ? schema_name "." overload : schema_name);                          \
+    static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(schema_name, overload); \
+    counter.hit();                                                                                          \
+    if (fast_functional(__VA_ARGS__)) return run_fast(schema_name, fast_call, __VA_ARGS__);                 \
+    const std::optional<Expected> metadata = expected;                                                      \
+    if (metadata) {                                                                                         \
+      at::Tensor out = at::empty(metadata->sizes, device_options(__VA_ARGS__).dtype(metadata->dtype)); \
+      return out_call;                                                                                      \
+    }                                                                                                       \
+    return run_generic(op, __VA_ARGS__ GENERIC_EXTRA_ARGS);                                                 \
+  }
+
+#define GENERIC_EXTRA_ARGS
+NEURON_HOT_FUNCTIONAL("aten::mm", "", mm, (const at::Tensor& self, const at::Tensor& mat2),
+                      [](const at::Tensor& a, const at::Tensor& b) { return at::cpu::mm(a, b); },
+                      matmul_2d(self, mat2), mm_out(self, mat2, out), self, mat2)
+NEURON_HOT_FUNCTIONAL("aten::bmm", "", bmm, (const at::Tensor& self, const at::Tensor& mat2),
+                      [](const at::Tensor& a, const at::Tensor& b) { return at::cpu::bmm(a, b); },
+                      matmul_3d(self, mat2), bmm_out(self, mat2, out), self, mat2)
+NEURON_HOT_FUNCTIONAL("aten::mul", "Tensor", mul, (const at::Tensor& self, const at::Tensor& other),
+                      [](const at::Tensor& a, const at::Tensor& b) { return at::cpu::mul(a, b); },
+                      broadcast(self, other), mul_out(self, other, out), self, other)
+NEURON_HOT_FUNCTIONAL("aten::silu", "", silu, (const at::Tensor& self),
+                      [](const at::Tensor& a) { return at::cpu::silu(a); },
+                      floating_same_as(self), silu_out(self, out), self)
+NEURON_HOT_FUNCTIONAL("aten::neg", "", neg, (const at::Tensor& self),
+                      [](const at::Tensor& a) { return at::cpu::neg(a); },
+                      same_as(self), neg_out(self, out), self)
+NEURON_HOT_FUNCTIONAL("aten::rsqrt", "", rsqrt, (const at::Tensor& self),
+                      [](const at::Tensor& a) { return at::cpu::rsqrt(a); },
+                      floating_same_as(self), rsqrt_out(self, out), self)
+NEURON_HOT_FUNCTIONAL("aten::cos", "", cos, (const at::Tensor& self),
+                      [](const at::Tensor& a) { return at::cpu::cos(a); },
+                      floating_same_as(self), cos_out(self, out), self)
+NEURON_HOT_FUNCTIONAL("aten::sin", "", sin, (const at::Tensor& self),
+                      [](const at::Tensor& a) { return at::cpu::sin(a); },
+                      floating_same_as(self), sin_out(self, out), self)
+#undef GENERIC_EXTRA_ARGS
+
+// add / sub carry alpha; softmax its dim: written out in full.
+at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  static OpCounter counter("aten::add.Tensor");
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::add", "Tensor");
+  counter.hit();
+  if (fast_functional(self, other)) {
+    return run_fast("aten::add", [&](const at::Tensor& a, const at::Tensor& b) { return at::cpu::add(a, b, alpha); },
+                    self, other);
+  }
+  if (auto metadata = broadcast(self, other)) {
+    at::Tensor out = at::empty(metadata->sizes, device_options(self, other).dtype(metadata->dtype));
+    return add_out(self, other, alpha, out);
+  }
+  return run_generic(op, self, other, alpha);
+}
+
+at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  static OpCounter counter("aten::sub.Tensor");
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::sub", "Tensor");
+  counter.hit();
+  if (fast_functional(self, other)) {
+    return run_fast("aten::sub", [&](const at::Tensor& a, const at::Tensor& b) { return at::cpu::sub(a, b, alpha); },
+                    self, other);
+  }
+  if (auto metadata = broadcast(self, other)) {
+    at::Tensor out = at::empty(metadata->sizes, device_options(self, other).dtype(metadata->dtype));
+    return sub_out(self, other, alpha, out);
+  }
+  return run_generic(op, self, other, alpha);
+}
+
+at::Tensor softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
+  static OpCounter counter("aten::_softmax");
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "");
+  counter.hit();
+  if (fast_functional(self)) {
+    return run_fast("aten::_softmax", [&](const at::Tensor& a) { return at::cpu::_softmax(a, dim, half_to_float); },
+                    self);
+  }
+  if (auto metadata = half_to_float ? std::nullopt : floating_same_as(self)) {
+    at::Tensor out = at::empty(metadata->sizes, self.options().dtype(metadata->dtype));
+    return softmax_out(self, dim, half_to_float, out);
+  }
+  return run_generic(op, self, dim, half_to_float);
+}
+
 // Data movement (no arithmetic, so no 64-bit narrowing): run on host views in place.
 struct Inline {
   HostCall call;
@@ -254,6 +387,17 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mm", TORCH_FN(mm));
+  m.impl("bmm", TORCH_FN(bmm));
+  m.impl("mul.Tensor", TORCH_FN(mul));
+  m.impl("add.Tensor", TORCH_FN(add));
+  m.impl("sub.Tensor", TORCH_FN(sub));
+  m.impl("silu", TORCH_FN(silu));
+  m.impl("neg", TORCH_FN(neg));
+  m.impl("rsqrt", TORCH_FN(rsqrt));
+  m.impl("cos", TORCH_FN(cos));
+  m.impl("sin", TORCH_FN(sin));
+  m.impl("_softmax", TORCH_FN(softmax));
   m.impl("sin.out", TORCH_FN(sin_out));
   m.impl("cos.out", TORCH_FN(cos_out));
   m.impl("where.self_out", TORCH_FN(where_out));

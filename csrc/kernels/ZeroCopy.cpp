@@ -92,7 +92,7 @@ void DeviceCheck::add(const at::Tensor& tensor, const char* op_name, bool allow_
     } else {
       TORCH_CHECK(device == index,
                   "Expected all tensors to be on the same device, but found at least two devices, "
-                  "neuron:", device, " and neuron:", index, "! (when checking arguments for ", op_name,
+                  "neuron:", int(device), " and neuron:", int(index), "! (when checking arguments for ", op_name,
                   "). Move them to one device with .to('neuron:N')");
     }
     return;
@@ -100,7 +100,7 @@ void DeviceCheck::add(const at::Tensor& tensor, const char* op_name, bool allow_
   if (type == c10::DeviceType::CPU && (allow_cpu || tensor.dim() == 0)) return;
   TORCH_CHECK(false,
               "Expected all tensors to be on the same device, but found at least two devices, neuron:",
-              device < 0 ? 0 : device, " and ", tensor.device(), "! (when checking arguments for ",
+              int(device < 0 ? 0 : device), " and ", tensor.device(), "! (when checking arguments for ",
               op_name, "). Move the ", tensor.device().type() == c10::DeviceType::CPU ? "CPU" : "other",
               " tensor to the neuron device with .to('neuron')");
 }
