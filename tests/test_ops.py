@@ -162,3 +162,19 @@ def test_cpu_scalars_first_and_64bit_operands_in_functional_hot_ops():
     x = torch.arange(3.0).to("neuron")
     assert (torch.tensor(2.0) * x).cpu().tolist() == [0.0, 2.0, 4.0]
     assert (flags * 5 + flags).cpu().tolist() == [6, 0, 6]
+
+
+def test_attention_uses_the_fused_kernel_and_matches_cpu():
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, heads, 9, 16, generator=g, requires_grad=True) for heads in (4, 2, 2))
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    expected.sum().backward()
+    qn, kn, vn = (t.detach().to("neuron").requires_grad_() for t in (q, k, v))
+    torch_neuronx.reset_op_counts()
+    got = F.scaled_dot_product_attention(qn, kn, vn, is_causal=True, enable_gqa=True)
+    got.sum().backward()
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in torch_neuronx.get_fallback_ops()
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
+    for a, b in ((qn, q), (kn, k), (vn, v)):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-5, atol=1e-5)

@@ -2,11 +2,16 @@
 // device follows the accelerator, since models pick code paths by device type.
 //  - convolution: an out-of-tree device is routed to convolution_overrideable
 //    (and its backward); we run ATen's CPU convolution on host views.
+//  - scaled_dot_product_attention: the fused-kernel choice is a per-device stub; ours
+//    applies the CPU's rules, so the CPU's flash attention kernel runs (on host views)
+//    instead of the unfused math decomposition.
 //  - histc: CUDA accepts integer inputs (transformers' MoE layers pass int32 on
 //    accelerators); the CPU kernel takes floating inputs only.
 #include <ATen/CPUFunctions.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice.h>
 #include <torch/library.h>
 
 #include "../NeuronAllocator.h"
@@ -91,6 +96,17 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
   return call.to_device(result);
 }
 
+int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                         const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                         std::optional<double> scale, bool enable_gqa) {
+  HostCall call;
+  call.device = query.device().index();
+  std::optional<at::Tensor> mask_view;
+  if (attn_mask && attn_mask->defined()) mask_view = call.to_host(*attn_mask);
+  return at::_fused_sdp_choice(call.to_host(query), call.to_host(key), call.to_host(value), mask_view,
+                               dropout_p, is_causal, scale, enable_gqa);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", TORCH_FN(convolution));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
@@ -99,3 +115,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 }  // namespace
 }  // namespace torch_neuron
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_neuron::fused_sdp_choice)
+}  // namespace at::native
