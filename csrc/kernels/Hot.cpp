@@ -209,7 +209,10 @@ NEURON_HOT_OUT("aten::where.self_out", where_out,
 template <typename... Tensors>
 bool fast_functional(const Tensors&... inputs) {
   auto plain = [](const at::Tensor& t) {
-    return t.device().type() == kNeuron && !is_64bit(t.scalar_type());
+    if (t.device().type() == kNeuron) return !is_64bit(t.scalar_type());
+    // a CPU scalar operand (`x * 2`, `1 - x`): 64-bit wrapped numbers are scalars, not values
+    return t.device().is_cpu() && t.dim() == 0 &&
+           (t.unsafeGetTensorImpl()->is_wrapped_number() || !is_64bit(t.scalar_type()));
   };
   return runtime().launch_blocking() && (plain(inputs) && ...);
 }
@@ -334,6 +337,58 @@ at::Tensor softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
   return run_generic(op, self, dim, half_to_float);
 }
 
+// Fast path or the generic path (no out= form worth taking for these).
+at::Tensor pow_scalar(const at::Tensor& self, const at::Scalar& exponent) {
+  static OpCounter counter("aten::pow.Tensor_Scalar");
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::pow", "Tensor_Scalar");
+  counter.hit();
+  if (fast_functional(self)) {
+    return run_fast("aten::pow", [&](const at::Tensor& a) { return at::cpu::pow(a, exponent); }, self);
+  }
+  return run_generic(op, self, exponent);
+}
+
+at::Tensor mean_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                    std::optional<at::ScalarType> dtype) {
+  static OpCounter counter("aten::mean.dim");
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mean", "dim");
+  counter.hit();
+  if (fast_functional(self)) {
+    return run_fast("aten::mean", [&](const at::Tensor& a) { return at::cpu::mean(a, dim, keepdim, dtype); }, self);
+  }
+  return run_generic(op, self, dim, keepdim, dtype);
+}
+
+at::Tensor argmax(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
+  static OpCounter counter("aten::argmax");
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::argmax", "");
+  counter.hit();
+  if (fast_functional(self)) {
+    return run_fast("aten::argmax", [&](const at::Tensor& a) { return at::cpu::argmax(a, dim, keepdim); }, self);
+  }
+  return run_generic(op, self, dim, keepdim);
+}
+
+at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
+  static OpCounter counter("aten::cat");
+  counter.hit();
+  DeviceCheck check;
+  for (const at::Tensor& tensor : tensors) check.add(tensor, "aten::cat");
+  auto& rt = runtime();
+  HostCall call;
+  call.device = check.device >= 0 ? check.device : c10::DeviceIndex(rt.current_device());
+  // data movement: exact in 64 bits; asynchronous mode drains the stream first
+  if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(call.device).synchronize());
+  std::vector<at::Tensor> views;
+  for (const at::Tensor& tensor : tensors) views.push_back(call.to_host(tensor));
+  at::Tensor result;
+  {
+    AllocationRedirect redirect(call.device);
+    result = at::cpu::cat(views, dim);
+  }
+  return call.to_device(result);
+}
+
 // Data movement (no arithmetic, so no 64-bit narrowing): run on host views in place.
 struct Inline {
   HostCall call;
@@ -398,6 +453,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("cos", TORCH_FN(cos));
   m.impl("sin", TORCH_FN(sin));
   m.impl("_softmax", TORCH_FN(softmax));
+  m.impl("pow.Tensor_Scalar", TORCH_FN(pow_scalar));
+  m.impl("mean.dim", TORCH_FN(mean_dim));
+  m.impl("argmax", TORCH_FN(argmax));
+  m.impl("cat", TORCH_FN(cat));
   m.impl("sin.out", TORCH_FN(sin_out));
   m.impl("cos.out", TORCH_FN(cos_out));
   m.impl("where.self_out", TORCH_FN(where_out));
