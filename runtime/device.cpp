@@ -124,6 +124,9 @@ int Runtime::device_of(const void* ptr) const {
   for (int device = 0; device < device_count(); ++device) {
     if (devices_[device]->memory->owns(ptr)) return device;
   }
+  for (int device = 0; device < device_count(); ++device) {
+    if (devices_[device]->memory->contains(ptr)) return device;
+  }
   return -1;
 }
 

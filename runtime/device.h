@@ -57,7 +57,7 @@ class Runtime {
   // Frees a block of any device (from a tensor deleter): the block returns to the
   // cache once the stream that used it has run everything enqueued so far.
   void free(void* ptr);
-  // Device holding `ptr`, or -1.
+  // Device holding `ptr` (a block start, or a pointer into a block), or -1.
   int device_of(const void* ptr) const;
   // Waits for every stream of `device` (all devices when -1).
   void synchronize(int device = -1);

@@ -64,7 +64,6 @@ void* DeviceMemory::allocate(size_t bytes, int stream) {
     active_[ptr] = Block{size, bytes, stream};
   }
   const Block& block = active_[ptr];
-  ranges_[reinterpret_cast<uintptr_t>(ptr)] = block.size;
   stats_.allocated_bytes += block.size;
   stats_.requested_bytes += bytes;
   stats_.allocations++;
@@ -86,18 +85,23 @@ bool DeviceMemory::free(void* ptr) {
   stats_.frees++;
   stats_.cached_blocks++;
   cached_.emplace(it->second.size, ptr);
-  ranges_.erase(reinterpret_cast<uintptr_t>(ptr));
   active_.erase(it);
   return true;
 }
 
 bool DeviceMemory::owns(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return active_.count(const_cast<void*>(ptr)) > 0;
+}
+
+bool DeviceMemory::contains(const void* ptr) const {
   const auto address = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = ranges_.upper_bound(address);
-  if (it == ranges_.begin()) return false;
-  --it;
-  return address < it->first + it->second;
+  for (const auto& entry : active_) {
+    const auto start = reinterpret_cast<uintptr_t>(entry.first);
+    if (address >= start && address < start + entry.second.size) return true;
+  }
+  return false;
 }
 
 void DeviceMemory::release_cached_locked() {

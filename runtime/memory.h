@@ -50,8 +50,10 @@ class DeviceMemory {
   void* allocate(size_t bytes, int stream = 0);
   // Gives a block back to the cache. Unknown pointers are ignored and reported false.
   bool free(void* ptr);
-  // True when `ptr` points into a block of this device (in use).
+  // True when `ptr` is the start of a block of this device in use (a hash look-up).
   bool owns(const void* ptr) const;
+  // True when `ptr` points anywhere into a block in use (a scan of the blocks).
+  bool contains(const void* ptr) const;
   // Releases every cached (free) block back to the host.
   void empty_cache();
 
@@ -74,7 +76,6 @@ class DeviceMemory {
   mutable std::mutex mutex_;
   std::unordered_map<void*, Block> active_;     // handed out
   std::multimap<size_t, void*> cached_;         // free, by size
-  std::map<uintptr_t, size_t> ranges_;          // start -> size of blocks in use, for owns()
   MemoryStats stats_;
 };
 

@@ -67,6 +67,9 @@ void Stream::worker_loop() {
       if (failure_) task = nullptr;  // skip work after a failure until synchronize()
     }
     if (task) run_task(task);
+    // Drop what the task holds (e.g. tensors, whose release may need the caller's
+    // interpreter) before the task counts as done: synchronize() returns after it.
+    task = nullptr;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       completed_++;

@@ -15,6 +15,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/SmallVector.h>
 
 #include <atomic>
 #include <string>
@@ -68,8 +69,8 @@ void reset_op_counts();
 // the CPU kernel's outputs back to neuron tensors (steps 1 and 3 of the Note).
 struct HostCall {
   c10::DeviceIndex device = -1;
-  std::vector<std::pair<c10::Storage, c10::Storage>> views;  // view storage -> device storage
-  std::unordered_map<c10::StorageImpl*, c10::Storage> adopted;      // cpu storage -> device storage
+  c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 4> views;  // view storage -> device storage
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted;  // cpu storage -> device storage
 
   at::Tensor to_host(const at::Tensor& tensor) {
     if (!tensor.defined() || tensor.device().type() != kNeuron) return tensor;
@@ -100,9 +101,11 @@ struct HostCall {
         return wrap_storage(entry.second, cpu);
       }
     }
-    auto it = adopted.find(storage);
-    if (it == adopted.end()) it = adopted.emplace(storage, device_storage_for(storage, device)).first;
-    return wrap_storage(it->second, cpu);
+    for (auto& entry : adopted) {
+      if (entry.first == storage) return wrap_storage(entry.second, cpu);
+    }
+    adopted.emplace_back(storage, device_storage_for(storage, device));
+    return wrap_storage(adopted.back().second, cpu);
   }
 
   // A CPU kernel that resized an out= argument gave its view storage new memory

@@ -14,7 +14,8 @@ TEST(DeviceMemory, AllocatesRoundsAndCountsStats) {
   void* a = memory.allocate(100);
   ASSERT_NE(a, nullptr);
   EXPECT_TRUE(memory.owns(a));
-  EXPECT_TRUE(memory.owns(static_cast<char*>(a) + 99));
+  EXPECT_FALSE(memory.owns(static_cast<char*>(a) + 99));
+  EXPECT_TRUE(memory.contains(static_cast<char*>(a) + 99));
   MemoryStats stats = memory.stats();
   EXPECT_EQ(stats.allocated_bytes, 512u);
   EXPECT_EQ(stats.requested_bytes, 100u);
