@@ -101,10 +101,17 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
                          std::optional<double> scale, bool enable_gqa) {
   HostCall call;
   call.device = query.device().index();
+  // The rules look at requires_grad (the fused kernel is not differentiable in every
+  // argument): the views carry it over.
+  auto view = [&](const at::Tensor& t) {
+    at::Tensor v = call.to_host(t);
+    if (t.requires_grad()) v.set_requires_grad(true);
+    return v;
+  };
   std::optional<at::Tensor> mask_view;
-  if (attn_mask && attn_mask->defined()) mask_view = call.to_host(*attn_mask);
-  return at::_fused_sdp_choice(call.to_host(query), call.to_host(key), call.to_host(value), mask_view,
-                               dropout_p, is_causal, scale, enable_gqa);
+  if (attn_mask && attn_mask->defined()) mask_view = view(*attn_mask);
+  return at::_fused_sdp_choice(view(query), view(key), view(value), mask_view, dropout_p, is_causal, scale,
+                               enable_gqa);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
