@@ -874,6 +874,18 @@ def format_failures(results, limit=None) -> str:
     return "\n".join(lines)
 
 
+# Causes of the failures still listed, found by investigation (see the issue notes).
+KNOWN_CAUSES = {
+    "fft.ihfft2": "PyTorch's CPU out= kernel leaves part of a non-contiguous `out` unwritten "
+                  "(its own out= result differs from its functional result by ~1e38), so the "
+                  "CPU reference is garbage for this sample",
+    "fft.ihfftn": "as fft.ihfft2: the CPU reference of this out= sample is uninitialised memory",
+    "to_sparse": "sparse layouts are not supported on neuron (dense tensors only)",
+    "sparse.mm.reduce": "sparse layouts are not supported on neuron (dense tensors only)",
+    "sparse.sampled_addmm": "sparse layouts are not supported on neuron (dense tensors only)",
+}
+
+
 def write_coverage(results: list[PairResult], path, *, seconds=None, max_samples=None,
                    dtypes=DEFAULT_DTYPES, op_count=None, command=None):
     s = summary(results)
@@ -918,10 +930,11 @@ def write_coverage(results: list[PairResult], path, *, seconds=None, max_samples
     failing = [r for r in rows if r.status == "fail"]
     if failing:
         out.append("## Failures\n")
-        out.append("| op | dtype | reason |")
-        out.append("|---|---|---|")
+        out.append("| op | dtype | reason | cause |")
+        out.append("|---|---|---|---|")
         for r in failing:
-            out.append(f"| {_md(r.op)} | {r.dtype} | {_md(r.reason)} |")
+            cause = KNOWN_CAUSES.get(r.op, "not yet investigated")
+            out.append(f"| {_md(r.op)} | {r.dtype} | {_md(r.reason)} | {_md(cause)} |")
         out.append("")
 
     wide = [r for r in rows if r.status == "64-bit"]
