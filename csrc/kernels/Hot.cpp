@@ -292,34 +292,32 @@ NEURON_HOT_FUNCTIONAL("aten::sin", "", sin, (const at::Tensor& self),
 #undef GENERIC_EXTRA_ARGS
 
 // add / sub carry alpha; softmax its dim: written out in full.
-at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  static OpCounter counter("aten::add.Tensor");
-  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::add", "Tensor");
+template <at::Tensor (*cpu_kernel)(const at::Tensor&, const at::Tensor&, const at::Scalar&),
+          at::Tensor& (*out_kernel)(const at::Tensor&, const at::Tensor&, const at::Scalar&, at::Tensor&)>
+at::Tensor binary_with_alpha(OpCounter& counter, const c10::OperatorHandle& op, const at::Tensor& self,
+                             const at::Tensor& other, const at::Scalar& alpha) {
   counter.hit();
   if (fast_functional(self, other)) {
-    return run_fast("aten::add", [&](const at::Tensor& a, const at::Tensor& b) { return at::cpu::add(a, b, alpha); },
-                    self, other);
+    return run_fast(op.schema().name().c_str(),
+                    [&](const at::Tensor& a, const at::Tensor& b) { return cpu_kernel(a, b, alpha); }, self, other);
   }
   if (auto metadata = broadcast(self, other)) {
     at::Tensor out = at::empty(metadata->sizes, device_options(self, other).dtype(metadata->dtype));
-    return add_out(self, other, alpha, out);
+    return out_kernel(self, other, alpha, out);
   }
   return run_generic(op, self, other, alpha);
+}
+
+at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  static OpCounter counter("aten::add.Tensor");
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::add", "Tensor");
+  return binary_with_alpha<&at::cpu::add, &add_out>(counter, op, self, other, alpha);
 }
 
 at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   static OpCounter counter("aten::sub.Tensor");
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::sub", "Tensor");
-  counter.hit();
-  if (fast_functional(self, other)) {
-    return run_fast("aten::sub", [&](const at::Tensor& a, const at::Tensor& b) { return at::cpu::sub(a, b, alpha); },
-                    self, other);
-  }
-  if (auto metadata = broadcast(self, other)) {
-    at::Tensor out = at::empty(metadata->sizes, device_options(self, other).dtype(metadata->dtype));
-    return sub_out(self, other, alpha, out);
-  }
-  return run_generic(op, self, other, alpha);
+  return binary_with_alpha<&at::cpu::sub, &sub_out>(counter, op, self, other, alpha);
 }
 
 at::Tensor softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {

@@ -17,29 +17,26 @@
 
 namespace torch_neuron {
 
+at::Tensor tensor_over(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key),
+                                                          like.dtype());
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (like.is_conj()) tensor._set_conj(true);
+  if (like.is_neg()) tensor._set_neg(true);
+  return tensor;
+}
+
 at::Tensor host_view(const at::Tensor& tensor) {
   auto* storage = tensor.storage().unsafeGetStorageImpl();
   c10::Storage view_storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), storage->nbytes(),
       c10::DataPtr(storage->mutable_data(), c10::Device(c10::DeviceType::CPU)),
       redirecting_cpu_allocator(), /*resizable=*/true));
-  auto view = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(view_storage), c10::DispatchKeySet(c10::DispatchKey::CPU), tensor.dtype());
-  view.unsafeGetTensorImpl()->set_sizes_and_strides(tensor.sizes(), tensor.strides(),
-                                                    tensor.storage_offset());
-  if (tensor.is_conj()) view._set_conj(true);
-  if (tensor.is_neg()) view._set_neg(true);
-  return view;
+  return tensor_over(std::move(view_storage), c10::DispatchKey::CPU, tensor);
 }
 
 at::Tensor wrap_storage(c10::Storage storage, const at::Tensor& like) {
-  auto tensor = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.dtype());
-  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
-                                                      like.storage_offset());
-  if (like.is_conj()) tensor._set_conj(true);
-  if (like.is_neg()) tensor._set_neg(true);
-  return tensor;
+  return tensor_over(std::move(storage), c10::DispatchKey::PrivateUse1, like);
 }
 
 namespace {

@@ -27,10 +27,12 @@ namespace torch_neuron {
 
 constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 
+// A tensor of backend `key` over `storage` with the metadata (sizes, strides, offset,
+// dtype, conj/neg bits) of `like`.
+at::Tensor tensor_over(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like);
 // A CPU tensor sharing the memory of neuron tensor `tensor`.
 at::Tensor host_view(const at::Tensor& tensor);
-// A neuron tensor over `storage` with the metadata (sizes, strides, offset,
-// dtype, conj/neg bits) of `like`.
+// A neuron tensor over `storage` with the metadata of `like`.
 at::Tensor wrap_storage(c10::Storage storage, const at::Tensor& like);
 // Makes `cpu` (computed under an AllocationRedirect for `device`) a neuron
 // tensor without copying; copies only when its memory did not come from the device.
@@ -76,15 +78,7 @@ struct HostCall {
     if (!tensor.defined() || tensor.device().type() != kNeuron) return tensor;
     for (auto& entry : views) {
       if (entry.second.unsafeGetStorageImpl() == tensor.storage().unsafeGetStorageImpl()) {
-        // share one view storage per device storage
-        auto view = at::detail::make_tensor<c10::TensorImpl>(
-            c10::Storage(entry.first),
-            c10::DispatchKeySet(c10::DispatchKey::CPU), tensor.dtype());
-        view.unsafeGetTensorImpl()->set_sizes_and_strides(tensor.sizes(), tensor.strides(),
-                                                          tensor.storage_offset());
-        if (tensor.is_conj()) view._set_conj(true);
-        if (tensor.is_neg()) view._set_neg(true);
-        return view;
+        return tensor_over(entry.first, c10::DispatchKey::CPU, tensor);  // one view storage per device storage
       }
     }
     at::Tensor view = host_view(tensor);
