@@ -84,11 +84,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_computes_64bit_as_32bit", [](bool value) { set_compute_64bit_as_32bit(value); });
   m.def("device_properties", &device_properties);
   m.def("memory_stats", &memory_stats);
-  m.def("empty_cache", [] {
-    auto& rt = runtime();
-    rt.synchronize();
-    for (int d = 0; d < rt.device_count(); ++d) rt.memory(d).empty_cache();
-  });
+  m.def("empty_cache", [] { neuron_allocator_empty_cache(); });
   m.def("reset_peak_memory_stats", [](int device) { NEURON_RT_CALL(runtime().memory(device).reset_peak_stats()); });
   m.def("reset_accumulated_memory_stats",
         [](int device) { NEURON_RT_CALL(runtime().memory(device).reset_accumulated_stats()); });

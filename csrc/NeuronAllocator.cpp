@@ -18,6 +18,12 @@ void rethrow_runtime_error(const neuron_rt::Error& error) {
   }
 }
 
+void neuron_allocator_empty_cache() {
+  auto& rt = runtime();
+  NEURON_RT_CALL(rt.synchronize());
+  for (int d = 0; d < rt.device_count(); ++d) rt.memory(d).empty_cache();
+}
+
 void free_device_block(void* ptr) { neuron_rt::Runtime::get().free(ptr); }
 
 neuron_rt::Stream& current_stream(c10::DeviceIndex device) {
@@ -45,11 +51,7 @@ class NeuronDeviceAllocator final : public c10::DeviceAllocator {
     NEURON_RT_CALL(neuron_rt::copy_device_to_device(stream, dest, src, count, true));
   }
   bool initialized() override { return neuron_rt::Runtime::initialized(); }
-  void emptyCache(c10::MempoolId_t) override {
-    auto& rt = runtime();
-    rt.synchronize();
-    for (int d = 0; d < rt.device_count(); ++d) rt.memory(d).empty_cache();
-  }
+  void emptyCache(c10::MempoolId_t) override { neuron_allocator_empty_cache(); }
   void recordStream(const c10::DataPtr&, c10::Stream) override {
     // Frees are ordered after every stream of the device (runtime/device.h).
   }

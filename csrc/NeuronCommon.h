@@ -34,6 +34,9 @@ neuron_rt::Stream& current_stream(c10::DeviceIndex device);
 // The allocator of neuron device memory (a c10::DeviceAllocator).
 c10::Allocator* neuron_allocator();
 
+// Waits for all work, then releases every core's cached blocks (torch.neuron.empty_cache).
+void neuron_allocator_empty_cache();
+
 // Frees a block of device memory (deleter of every neuron DataPtr).
 void free_device_block(void* ptr);
 

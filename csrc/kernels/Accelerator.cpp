@@ -21,13 +21,6 @@
 namespace torch_neuron {
 namespace {
 
-c10::DeviceIndex prepare(DeviceCheck& check) {
-  auto& rt = runtime();
-  const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(rt.current_device());
-  if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(device).synchronize());
-  return device;
-}
-
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
                        bool transposed, c10::IntArrayRef output_padding, int64_t groups) {
@@ -38,7 +31,7 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const 
   check.add(weight, "aten::convolution");
   if (bias) check.add(*bias, "aten::convolution");
   HostCall call;
-  call.device = prepare(check);
+  call.device = run_here_on(check.device);
   at::Tensor result;
   {
     AllocationRedirect redirect(call.device);
@@ -61,7 +54,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   check.add(input, "aten::convolution_backward");
   check.add(weight, "aten::convolution_backward");
   HostCall call;
-  call.device = prepare(check);
+  call.device = run_here_on(check.device);
   const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
   std::vector<int64_t> bias_sizes{out_channels};
   at::Tensor grad_input, grad_weight, grad_bias;
@@ -81,7 +74,7 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
   DeviceCheck check;
   check.add(self, "aten::histc");
   HostCall call;
-  call.device = prepare(check);
+  call.device = run_here_on(check.device);
   at::Tensor result;
   {
     AllocationRedirect redirect(call.device);

@@ -46,7 +46,7 @@ at::Tensor& run_out(const char* name, at::Tensor& out, const std::optional<Expec
   };
   if (compute_64bit_as_32bit() && (is_64bit(out.scalar_type()) || (is_64bit_value(inputs) || ...))) {
     // Note [64-bit as 32-bit]: 32-bit copies in, the 32-bit result widened into `out`.
-    if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(device).synchronize());
+    run_here_on(device);
     at::Tensor out_view = call.to_host(out);
     {
       AllocationRedirect redirect(device);
@@ -372,11 +372,8 @@ at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
   counter.hit();
   DeviceCheck check;
   for (const at::Tensor& tensor : tensors) check.add(tensor, "aten::cat");
-  auto& rt = runtime();
   HostCall call;
-  call.device = check.device >= 0 ? check.device : c10::DeviceIndex(rt.current_device());
-  // data movement: exact in 64 bits; asynchronous mode drains the stream first
-  if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(call.device).synchronize());
+  call.device = run_here_on(check.device);  // data movement: exact in 64 bits
   std::vector<at::Tensor> views;
   for (const at::Tensor& tensor : tensors) views.push_back(call.to_host(tensor));
   at::Tensor result;
@@ -390,11 +387,7 @@ at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
 // Data movement (no arithmetic, so no 64-bit narrowing): run on host views in place.
 struct Inline {
   HostCall call;
-  Inline(c10::DeviceIndex device) {
-    auto& rt = runtime();
-    call.device = device >= 0 ? device : c10::DeviceIndex(rt.current_device());
-    if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(call.device).synchronize());
-  }
+  explicit Inline(c10::DeviceIndex device) { call.device = run_here_on(device); }
 };
 
 at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {

@@ -102,6 +102,14 @@ void DeviceCheck::add(const at::Tensor& tensor, const char* op_name, bool allow_
               " tensor to the neuron device with .to('neuron')");
 }
 
+c10::DeviceIndex run_here_on(c10::DeviceIndex device) {
+  auto& rt = runtime();
+  if (device < 0) device = c10::DeviceIndex(rt.current_device());
+  NEURON_RT_CALL(rt.check_device(device));
+  if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(device).synchronize());
+  return device;
+}
+
 // ---- op accounting -------------------------------------------------------------------------
 
 namespace {
@@ -316,11 +324,7 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                                                   : c10::DeviceIndex(runtime().current_device());
     }
   }
-  auto& rt = runtime();
-  const c10::DeviceIndex device =
-      check.device >= 0 ? check.device : c10::DeviceIndex(rt.current_device());
-  NEURON_RT_CALL(rt.check_device(device));
-  if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(device).synchronize());
+  const c10::DeviceIndex device = run_here_on(check.device);
 
   HostCall call;
   call.device = device;

@@ -48,6 +48,11 @@ struct DeviceCheck {
   void add(const at::Tensor& tensor, const char* op_name, bool allow_cpu = false);
 };
 
+// Readies a kernel that runs on the calling thread: returns the op's device (the
+// current one when no neuron tensor named it) and, in asynchronous mode, first
+// drains that device's current stream so the kernel sees all earlier work.
+c10::DeviceIndex run_here_on(c10::DeviceIndex device);
+
 // Counts of executed ops, split into native kernels and the generic fallback.
 class OpCounter {
  public:
