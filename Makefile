@@ -1,6 +1,7 @@
 # torch-neuron-sim: the two entry points are `make demo` and `make test`.
 # Both install what they need (Debian packages when missing, a pinned .venv) and
-# are idempotent.
+# are idempotent. Debian packages are checked on every run (dpkg -s is cheap),
+# never trusted to a stamp file.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -10,15 +11,16 @@ export MAX_JOBS := 2
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
+DEBIAN_PACKAGES := g++ cmake ninja-build libgtest-dev ccache
 SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h runtime/*.cpp runtime/*.h) setup.py
 EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
-.PHONY: demo test test-runtime test-python bench conformance deps venv build clean
+.PHONY: demo test test-runtime test-runtime-sanitizers test-python bench conformance deps venv build clean
 
 demo: build
 	$(PY) scripts/demo.py
 
-test: test-runtime test-python
+test: test-runtime test-runtime-sanitizers test-python
 
 bench: build
 	$(PY) bench/bench.py --output BENCHMARKS.md
@@ -29,39 +31,48 @@ conformance: build
 	$(PY) -m conformance.opinfo_sweep --output COVERAGE.md $(if $(ONLY),--only $(ONLY))
 	$(PY) -m conformance.arch_sweep --output COMPAT.md $(if $(ONLY),--only $(ONLY))
 
-# Debian packages: compilers, cmake, ninja, GoogleTest, ccache.
-deps: .deps.stamp
-.deps.stamp:
-	@missing=""; for p in g++ cmake ninja-build libgtest-dev ccache; do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# Debian packages: compilers, cmake, ninja, GoogleTest, ccache. Checked every run.
+deps:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg -s $$p 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
-	@touch $@
 
-venv: $(VENV)/.requirements.stamp
-$(VENV)/.requirements.stamp: requirements.txt | .deps.stamp
+venv: deps $(VENV)/.requirements.stamp
+$(VENV)/.requirements.stamp: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -r requirements.txt
 	@touch $@
 
-build: $(EXTENSION)
+build: venv $(EXTENSION)
 $(EXTENSION): $(SOURCES) $(VENV)/.requirements.stamp
 	@# The first build is the editable install (it also registers the torch.backends
-	@# entry point); later builds recompile in place, incrementally.
+	@# entry point); later builds recompile in place, incrementally. Autoload is off while
+	@# building: the installed backend would load the old extension.
 	if ls $(VENV)/lib/python3*/site-packages/torch_neuron_sim-*.dist-info >/dev/null 2>&1; then \
-	  $(PY) setup.py -q build_ext --inplace; \
+	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) setup.py -q build_ext --inplace; \
 	else \
-	  $(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps -e .; fi
+	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps -e .; fi
 	@touch $@
 
-test-runtime: .deps.stamp
-	cmake -S . -B build-runtime -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build build-runtime -j 2
-	cd build-runtime && ctest --output-on-failure -j 2
+# The runtime's GoogleTest suite: a release build, then the same tests under
+# AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer.
+define runtime_suite
+	cmake -S . -B $(1) -G Ninja -DCMAKE_BUILD_TYPE=$(2) -DNEURON_SANITIZE=$(3) >/dev/null
+	cmake --build $(1) -j 2
+	cd $(1) && $(4) ctest --output-on-failure -j 2
+endef
+
+test-runtime: deps
+	$(call runtime_suite,build-runtime,Release,,)
+
+test-runtime-sanitizers: deps
+	$(call runtime_suite,build-asan,RelWithDebInfo,address,ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
+	$(call runtime_suite,build-tsan,RelWithDebInfo,thread,TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1)
 
 test-python: build
 	$(PY) -m pytest -q tests
 
 clean:
-	rm -rf build build-runtime python/torch_neuron_sim/_C*.so $(EXTENSION) *.egg-info python/*.egg-info
+	rm -rf build build-runtime build-asan build-tsan python/torch_neuron_sim/_C*.so $(EXTENSION) *.egg-info python/*.egg-info
