@@ -14,6 +14,7 @@ setup(
     description="A simulated AWS Neuron device for PyTorch, with the torch_neuronx API",
     package_dir={"": "python"},
     packages=find_packages("python"),
+    package_data={"torch_neuron_sim": ["data/*.txt"]},
     ext_modules=[
         CppExtension(
             "torch_neuron_sim._C",

@@ -1,11 +1,17 @@
 // The _C module: what the thin Python layer needs from the bridge and runtime.
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <thread>
 
 #include "NeuronAllocator.h"
 #include "NeuronCommon.h"
 #include "NeuronGenerator.h"
+#include "OpTracking.h"
 #include "kernels/ZeroCopy.h"
+#include "runtime/metrics.h"
 
 namespace torch_neuron {
 namespace {
@@ -31,17 +37,20 @@ py::dict device_properties(int device) {
 py::dict memory_stats(int device) {
   neuron_rt::MemoryStats s = NEURON_RT_CALL(runtime().memory(device).stats());
   py::dict stats;
-  stats["allocated_bytes.all.current"] = s.allocated_bytes;
-  stats["allocated_bytes.all.peak"] = s.peak_allocated_bytes;
-  stats["reserved_bytes.all.current"] = s.reserved_bytes;
-  stats["reserved_bytes.all.peak"] = s.peak_reserved_bytes;
-  stats["active_bytes.all.current"] = s.allocated_bytes;
-  stats["active_bytes.all.peak"] = s.peak_allocated_bytes;
+  auto put = [&](const char* kind, uint64_t current, uint64_t peak, uint64_t allocated, uint64_t freed) {
+    const std::string prefix = std::string(kind) + ".all.";
+    stats[(prefix + "current").c_str()] = current;
+    stats[(prefix + "peak").c_str()] = peak;
+    stats[(prefix + "allocated").c_str()] = allocated;
+    stats[(prefix + "freed").c_str()] = freed;
+  };
+  // One block per allocation: active memory is allocated memory.
+  put("allocated_bytes", s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total, s.freed_bytes_total);
+  put("active_bytes", s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total, s.freed_bytes_total);
+  put("reserved_bytes", s.reserved_bytes, s.peak_reserved_bytes, s.reserved_bytes_total, s.released_bytes_total);
+  put("allocation", s.active_blocks, s.active_blocks, s.allocations, s.frees);
+  put("segment", s.segments, s.segments, 0, 0);
   stats["requested_bytes.all.current"] = s.requested_bytes;
-  stats["allocation.all.allocated"] = s.allocations;
-  stats["allocation.all.freed"] = s.frees;
-  stats["allocation.all.current"] = s.active_blocks;
-  stats["segment.all.current"] = s.segments;
   stats["num_ooms"] = s.ooms;
   stats["num_alloc_retries"] = 0;
   stats["budget_bytes"] = s.budget_bytes;
@@ -79,12 +88,20 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release release;
     NEURON_RT_CALL(runtime().synchronize(device));
   });
+  m.def("_stream_sleep", [](int64_t nanoseconds) {
+    auto& stream = current_stream(static_cast<c10::DeviceIndex>(runtime().current_device()));
+    py::gil_scoped_release release;
+    NEURON_RT_CALL(stream.enqueue([nanoseconds] { std::this_thread::sleep_for(std::chrono::nanoseconds(nanoseconds)); }));
+  });
   m.def("launch_blocking", [] { return runtime().launch_blocking(); });
   m.def("computes_64bit_as_32bit", [] { return compute_64bit_as_32bit(); });
   m.def("_set_computes_64bit_as_32bit", [](bool value) { set_compute_64bit_as_32bit(value); });
   m.def("device_properties", &device_properties);
   m.def("memory_stats", &memory_stats);
-  m.def("empty_cache", [] { neuron_allocator_empty_cache(); });
+  m.def("empty_cache", [] {
+    py::gil_scoped_release release;
+    neuron_allocator_empty_cache();
+  });
   m.def("reset_peak_memory_stats", [](int device) { NEURON_RT_CALL(runtime().memory(device).reset_peak_stats()); });
   m.def("reset_accumulated_memory_stats",
         [](int device) { NEURON_RT_CALL(runtime().memory(device).reset_accumulated_stats()); });
@@ -96,9 +113,41 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(device))));
   });
-  m.def("executed_ops", [] { return executed_ops(); });
-  m.def("fallback_ops", [] { return fallback_ops(); });
-  m.def("reset_op_counts", [] { reset_op_counts(); });
+  // Note [Op tracking]
+  m.def("_set_torchneuron_op_set", &set_torchneuron_op_set);
+  m.def("executed_op_names", &executed_op_names);
+  m.def("fallback_op_names", &fallback_op_names);
+  m.def("clear_op_tracking", &clear_op_tracking);
+  m.def("op_counts", [] {
+    py::list result;
+    for (const OpCount& op : op_counts()) {
+      result.append(py::make_tuple(op.name, op.count, op.path == KernelPath::kHot ? "hot" : "generic",
+                                   op.on_device));
+    }
+    return result;
+  });
+  // runtime/metrics.h, for torch_neuronx.metrics
+  m.def("metrics_enabled", [] { return neuron_rt::Metrics::get().enabled(); });
+  m.def("metrics_set_enabled", [](bool enabled) { neuron_rt::Metrics::get().set_enabled(enabled); });
+  m.def("counter_names", [] { return neuron_rt::Metrics::get().counter_names(); });
+  m.def("counter_value", [](const std::string& name) { return neuron_rt::Metrics::get().counter_value(name); });
+  m.def("metric_names", [] { return neuron_rt::Metrics::get().metric_names(); });
+  m.def("metric_data", [](const std::string& name) -> py::object {
+    auto data = neuron_rt::Metrics::get().metric_data(name);
+    if (!data) return py::none();
+    py::dict result;
+    result["count"] = data->count;
+    result["sum"] = data->sum;
+    result["min"] = data->min;
+    result["max"] = data->max;
+    result["samples"] = data->recent;
+    return result;
+  });
+  m.def("metrics_report", [](const std::vector<std::string>& counters, const std::vector<std::string>& metrics) {
+    return neuron_rt::Metrics::get().report(counters, metrics);
+  });
+  m.def("clear_counters", [] { neuron_rt::Metrics::get().clear_counters(); });
+  m.def("clear_metrics", [] { neuron_rt::Metrics::get().clear_metrics(); });
   m.def("topology", [] {
     const auto& topology = runtime().topology();
     return py::make_tuple(topology.platform_name(), topology.chips, topology.logical_nc_config,

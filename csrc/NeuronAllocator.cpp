@@ -66,9 +66,9 @@ class NeuronDeviceAllocator final : public c10::DeviceAllocator {
       stat.allocated = int64_t(allocated);
       stat.freed = int64_t(freed);
     };
-    set(stats.allocated_bytes, s.allocated_bytes, s.peak_allocated_bytes, 0, 0);
-    set(stats.active_bytes, s.allocated_bytes, s.peak_allocated_bytes, 0, 0);
-    set(stats.reserved_bytes, s.reserved_bytes, s.peak_reserved_bytes, 0, 0);
+    set(stats.allocated_bytes, s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total, s.freed_bytes_total);
+    set(stats.active_bytes, s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total, s.freed_bytes_total);
+    set(stats.reserved_bytes, s.reserved_bytes, s.peak_reserved_bytes, s.reserved_bytes_total, s.released_bytes_total);
     set(stats.requested_bytes, s.requested_bytes, s.requested_bytes, 0, 0);
     set(stats.allocation, s.active_blocks, s.active_blocks, s.allocations, s.frees);
     set(stats.active, s.active_blocks, s.active_blocks, s.allocations, s.frees);

@@ -57,6 +57,7 @@ void* DeviceMemory::allocate(size_t bytes, int stream) {
                       format_bytes(size) + " block of simulated HBM (host memory exhausted)");
     }
     stats_.reserved_bytes += size;
+    stats_.reserved_bytes_total += size;
     stats_.segments++;
     if (stats_.reserved_bytes > stats_.peak_reserved_bytes) {
       stats_.peak_reserved_bytes = stats_.reserved_bytes;
@@ -65,6 +66,7 @@ void* DeviceMemory::allocate(size_t bytes, int stream) {
   }
   const Block& block = active_[ptr];
   stats_.allocated_bytes += block.size;
+  stats_.allocated_bytes_total += block.size;
   stats_.requested_bytes += bytes;
   stats_.allocations++;
   stats_.active_blocks++;
@@ -80,6 +82,7 @@ bool DeviceMemory::free(void* ptr) {
   auto it = active_.find(ptr);
   if (it == active_.end()) return false;
   stats_.allocated_bytes -= it->second.size;
+  stats_.freed_bytes_total += it->second.size;
   stats_.requested_bytes -= it->second.requested;
   stats_.active_blocks--;
   stats_.frees++;
@@ -108,6 +111,7 @@ void DeviceMemory::release_cached_locked() {
   for (auto& entry : cached_) {
     std::free(entry.second);
     stats_.reserved_bytes -= entry.first;
+    stats_.released_bytes_total += entry.first;
     stats_.segments--;
   }
   cached_.clear();
@@ -135,6 +139,8 @@ void DeviceMemory::reset_accumulated_stats() {
   stats_.allocations = 0;
   stats_.frees = 0;
   stats_.ooms = 0;
+  stats_.allocated_bytes_total = stats_.freed_bytes_total = 0;
+  stats_.reserved_bytes_total = stats_.released_bytes_total = 0;
 }
 
 }  // namespace neuron_rt

@@ -35,6 +35,11 @@ struct MemoryStats {
   uint64_t segments = 0;              // host buffers held (blocks in use + cached)
   uint64_t ooms = 0;                  // requests refused for lack of HBM
   uint64_t budget_bytes = 0;          // the HBM budget of this core
+  // Accumulated since the last reset_accumulated_stats():
+  uint64_t allocated_bytes_total = 0;  // bytes handed out
+  uint64_t freed_bytes_total = 0;      // bytes given back
+  uint64_t reserved_bytes_total = 0;   // bytes of host buffers taken
+  uint64_t released_bytes_total = 0;   // bytes of host buffers released
 };
 
 class DeviceMemory {

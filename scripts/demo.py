@@ -5,7 +5,6 @@ import time
 import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-warnings.filterwarnings("ignore", message=".*has no native neuron kernel.*")
 
 import torch  # noqa: E402
 import torch_neuronx  # noqa: E402

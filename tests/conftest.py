@@ -6,7 +6,6 @@ import warnings
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-warnings.filterwarnings("ignore", message=".*has no native neuron kernel.*")
 
 import torch  # noqa: E402
 import torch_neuronx  # noqa: E402,F401

@@ -40,7 +40,7 @@ def test_autocast_uses_cuda_op_lists():
     assert soft.dtype == torch.float32
     with torch.autocast("neuron", dtype=torch.float16):
         assert (a @ a).dtype == torch.float16
-    assert torch.neuron.get_amp_supported_dtype() == [torch.bfloat16, torch.float16]
+    assert torch.neuron.get_amp_supported_dtype() == [torch.float32, torch.float16, torch.bfloat16]  # as AWS's
     assert torch.neuron.is_bf16_supported()
 
 

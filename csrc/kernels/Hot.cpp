@@ -130,9 +130,8 @@ std::optional<Expected> floating_same_as(const at::Tensor& a) {
 
 #define NEURON_HOT_OUT(counter_name, function, signature, ...)            \
   at::Tensor& function signature {                                        \
-    static OpCounter counter(counter_name);                               \
-    counter.hit();                                                        \
-    return __VA_ARGS__;                                                   \
+    static TrackedOp counter(counter_name, KernelPath::kHot);             \
+    return run_tracked(counter, [&]() -> at::Tensor& { return __VA_ARGS__; }); \
   }
 
 NEURON_HOT_OUT("aten::add.out", add_out,
@@ -250,18 +249,20 @@ at::Tensor run_generic(const c10::OperatorHandle& op, const Args&... args) {
   return stack[0].toTensor();
 }
 
-#define NEURON_HOT_FUNCTIONAL(schema_name, overload, function, signature, fast_call, expected, out_call, ...)    \
-  at::Tensor function signature {                                                                           \
-    static OpCounter counter(overload[0] ? schema_name "." overload : schema_name);                          \
-    static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(schema_name, overload); \
-    counter.hit();                                                                                          \
-    if (fast_functional(__VA_ARGS__)) return run_fast(schema_name, fast_call, __VA_ARGS__);                 \
-    const std::optional<Expected> metadata = expected;                                                      \
-    if (metadata) {                                                                                         \
-      at::Tensor out = at::empty(metadata->sizes, device_options(__VA_ARGS__).dtype(metadata->dtype)); \
-      return out_call;                                                                                      \
-    }                                                                                                       \
-    return run_generic(op, __VA_ARGS__ GENERIC_EXTRA_ARGS);                                                 \
+#define NEURON_HOT_FUNCTIONAL(schema_name, overload, function, signature, fast_call, expected, out_call, ...) \
+  at::Tensor function signature {                                                                        \
+    static TrackedOp counter(overload[0] ? schema_name "." overload : schema_name, KernelPath::kHot);   \
+    static const c10::OperatorHandle op =                                                                \
+        c10::Dispatcher::singleton().findSchemaOrThrow(schema_name, overload);                           \
+    return run_tracked(counter, [&]() -> at::Tensor {                                                    \
+      if (fast_functional(__VA_ARGS__)) return run_fast(schema_name, fast_call, __VA_ARGS__);            \
+      const std::optional<Expected> metadata = expected;                                                 \
+      if (metadata) {                                                                                    \
+        at::Tensor out = at::empty(metadata->sizes, device_options(__VA_ARGS__).dtype(metadata->dtype)); \
+        return out_call;                                                                                 \
+      }                                                                                                  \
+      return run_generic(op, __VA_ARGS__ GENERIC_EXTRA_ARGS);                                            \
+    });                                                                                                  \
   }
 
 #define GENERIC_EXTRA_ARGS
@@ -294,94 +295,100 @@ NEURON_HOT_FUNCTIONAL("aten::sin", "", sin, (const at::Tensor& self),
 // add / sub carry alpha; softmax its dim: written out in full.
 template <at::Tensor (*cpu_kernel)(const at::Tensor&, const at::Tensor&, const at::Scalar&),
           at::Tensor& (*out_kernel)(const at::Tensor&, const at::Tensor&, const at::Scalar&, at::Tensor&)>
-at::Tensor binary_with_alpha(OpCounter& counter, const c10::OperatorHandle& op, const at::Tensor& self,
+at::Tensor binary_with_alpha(TrackedOp& counter, const c10::OperatorHandle& op, const at::Tensor& self,
                              const at::Tensor& other, const at::Scalar& alpha) {
-  counter.hit();
-  if (fast_functional(self, other)) {
-    return run_fast(op.schema().name().c_str(),
-                    [&](const at::Tensor& a, const at::Tensor& b) { return cpu_kernel(a, b, alpha); }, self, other);
-  }
-  if (auto metadata = broadcast(self, other)) {
-    at::Tensor out = at::empty(metadata->sizes, device_options(self, other).dtype(metadata->dtype));
-    return out_kernel(self, other, alpha, out);
-  }
-  return run_generic(op, self, other, alpha);
+  return run_tracked(counter, [&]() -> at::Tensor {
+    if (fast_functional(self, other)) {
+      return run_fast(op.schema().name().c_str(),
+                      [&](const at::Tensor& a, const at::Tensor& b) { return cpu_kernel(a, b, alpha); }, self, other);
+    }
+    if (auto metadata = broadcast(self, other)) {
+      at::Tensor out = at::empty(metadata->sizes, device_options(self, other).dtype(metadata->dtype));
+      return out_kernel(self, other, alpha, out);
+    }
+    return run_generic(op, self, other, alpha);
+  });
 }
 
 at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  static OpCounter counter("aten::add.Tensor");
+  static TrackedOp counter("aten::add.Tensor", KernelPath::kHot);
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::add", "Tensor");
   return binary_with_alpha<&at::cpu::add, &add_out>(counter, op, self, other, alpha);
 }
 
 at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  static OpCounter counter("aten::sub.Tensor");
+  static TrackedOp counter("aten::sub.Tensor", KernelPath::kHot);
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::sub", "Tensor");
   return binary_with_alpha<&at::cpu::sub, &sub_out>(counter, op, self, other, alpha);
 }
 
 at::Tensor softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
-  static OpCounter counter("aten::_softmax");
+  static TrackedOp counter("aten::_softmax", KernelPath::kHot);
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "");
-  counter.hit();
-  if (fast_functional(self)) {
-    return run_fast("aten::_softmax", [&](const at::Tensor& a) { return at::cpu::_softmax(a, dim, half_to_float); },
-                    self);
-  }
-  if (auto metadata = half_to_float ? std::nullopt : floating_same_as(self)) {
-    at::Tensor out = at::empty(metadata->sizes, self.options().dtype(metadata->dtype));
-    return softmax_out(self, dim, half_to_float, out);
-  }
-  return run_generic(op, self, dim, half_to_float);
+  return run_tracked(counter, [&]() -> at::Tensor {
+    if (fast_functional(self)) {
+      return run_fast("aten::_softmax", [&](const at::Tensor& a) { return at::cpu::_softmax(a, dim, half_to_float); },
+                      self);
+    }
+    if (auto metadata = half_to_float ? std::nullopt : floating_same_as(self)) {
+      at::Tensor out = at::empty(metadata->sizes, self.options().dtype(metadata->dtype));
+      return softmax_out(self, dim, half_to_float, out);
+    }
+    return run_generic(op, self, dim, half_to_float);
+  });
 }
 
 // Fast path or the generic path (no out= form worth taking for these).
 at::Tensor pow_scalar(const at::Tensor& self, const at::Scalar& exponent) {
-  static OpCounter counter("aten::pow.Tensor_Scalar");
+  static TrackedOp counter("aten::pow.Tensor_Scalar", KernelPath::kHot);
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::pow", "Tensor_Scalar");
-  counter.hit();
-  if (fast_functional(self)) {
-    return run_fast("aten::pow", [&](const at::Tensor& a) { return at::cpu::pow(a, exponent); }, self);
-  }
-  return run_generic(op, self, exponent);
+  return run_tracked(counter, [&]() -> at::Tensor {
+    if (fast_functional(self)) {
+      return run_fast("aten::pow", [&](const at::Tensor& a) { return at::cpu::pow(a, exponent); }, self);
+    }
+    return run_generic(op, self, exponent);
+  });
 }
 
 at::Tensor mean_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                     std::optional<at::ScalarType> dtype) {
-  static OpCounter counter("aten::mean.dim");
+  static TrackedOp counter("aten::mean.dim", KernelPath::kHot);
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mean", "dim");
-  counter.hit();
-  if (fast_functional(self)) {
-    return run_fast("aten::mean", [&](const at::Tensor& a) { return at::cpu::mean(a, dim, keepdim, dtype); }, self);
-  }
-  return run_generic(op, self, dim, keepdim, dtype);
+  return run_tracked(counter, [&]() -> at::Tensor {
+    if (fast_functional(self)) {
+      return run_fast("aten::mean", [&](const at::Tensor& a) { return at::cpu::mean(a, dim, keepdim, dtype); }, self);
+    }
+    return run_generic(op, self, dim, keepdim, dtype);
+  });
 }
 
 at::Tensor argmax(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
-  static OpCounter counter("aten::argmax");
+  static TrackedOp counter("aten::argmax", KernelPath::kHot);
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::argmax", "");
-  counter.hit();
-  if (fast_functional(self)) {
-    return run_fast("aten::argmax", [&](const at::Tensor& a) { return at::cpu::argmax(a, dim, keepdim); }, self);
-  }
-  return run_generic(op, self, dim, keepdim);
+  return run_tracked(counter, [&]() -> at::Tensor {
+    if (fast_functional(self)) {
+      return run_fast("aten::argmax", [&](const at::Tensor& a) { return at::cpu::argmax(a, dim, keepdim); }, self);
+    }
+    return run_generic(op, self, dim, keepdim);
+  });
 }
 
 at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
-  static OpCounter counter("aten::cat");
-  counter.hit();
-  DeviceCheck check;
-  for (const at::Tensor& tensor : tensors) check.add(tensor, "aten::cat");
-  HostCall call;
-  call.device = run_here_on(check.device);  // data movement: exact in 64 bits
-  std::vector<at::Tensor> views;
-  for (const at::Tensor& tensor : tensors) views.push_back(call.to_host(tensor));
-  at::Tensor result;
-  {
-    AllocationRedirect redirect(call.device);
-    result = at::cpu::cat(views, dim);
-  }
-  return call.to_device(result);
+  static TrackedOp counter("aten::cat", KernelPath::kHot);
+  return run_tracked(counter, [&]() -> at::Tensor {
+    DeviceCheck check;
+    for (const at::Tensor& tensor : tensors) check.add(tensor, "aten::cat");
+    HostCall call;
+    call.device = run_here_on(check.device);  // data movement: exact in 64 bits
+    std::vector<at::Tensor> views;
+    for (const at::Tensor& tensor : tensors) views.push_back(call.to_host(tensor));
+    at::Tensor result;
+    {
+      AllocationRedirect redirect(call.device);
+      result = at::cpu::cat(views, dim);
+    }
+    return call.to_device(result);
+  });
 }
 
 // Data movement (no arithmetic, so no 64-bit narrowing): run on host views in place.
@@ -391,45 +398,48 @@ struct Inline {
 };
 
 at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
-  static OpCounter counter("aten::cat.out");
-  counter.hit();
-  DeviceCheck check;
-  for (const at::Tensor& tensor : tensors) check.add(tensor, "aten::cat.out");
-  check.add(out, "aten::cat.out");
-  Inline run(check.device);
-  std::vector<at::Tensor> views;
-  for (const at::Tensor& tensor : tensors) views.push_back(run.call.to_host(tensor));
-  at::Tensor out_view = run.call.to_host(out);
-  {
-    AllocationRedirect redirect(run.call.device);
-    at::cpu::cat_out(out_view, views, dim);
-  }
-  run.call.sync_argument(out, out_view);
-  return out;
+  static TrackedOp counter("aten::cat.out", KernelPath::kHot);
+  return run_tracked(counter, [&]() -> at::Tensor& {
+    DeviceCheck check;
+    for (const at::Tensor& tensor : tensors) check.add(tensor, "aten::cat.out");
+    check.add(out, "aten::cat.out");
+    Inline run(check.device);
+    std::vector<at::Tensor> views;
+    for (const at::Tensor& tensor : tensors) views.push_back(run.call.to_host(tensor));
+    at::Tensor out_view = run.call.to_host(out);
+    {
+      AllocationRedirect redirect(run.call.device);
+      at::cpu::cat_out(out_view, views, dim);
+    }
+    run.call.sync_argument(out, out_view);
+    return out;
+  });
 }
 
 at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
-  static OpCounter counter("aten::index_select");
-  counter.hit();
-  DeviceCheck check;
-  check.add(self, "aten::index_select");
-  check.add(index, "aten::index_select");
-  Inline run(check.device);
-  at::Tensor result;
-  {
-    AllocationRedirect redirect(run.call.device);
-    result = at::cpu::index_select(run.call.to_host(self), dim, run.call.to_host(index));
-  }
-  return run.call.to_device(result);
+  static TrackedOp counter("aten::index_select", KernelPath::kHot);
+  return run_tracked(counter, [&]() -> at::Tensor {
+    DeviceCheck check;
+    check.add(self, "aten::index_select");
+    check.add(index, "aten::index_select");
+    Inline run(check.device);
+    at::Tensor result;
+    {
+      AllocationRedirect redirect(run.call.device);
+      result = at::cpu::index_select(run.call.to_host(self), dim, run.call.to_host(index));
+    }
+    return run.call.to_device(result);
+  });
 }
 
 at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
-  static OpCounter counter("aten::fill_.Scalar");
-  counter.hit();
-  Inline run(self.device().index());
-  at::Tensor view = run.call.to_host(self);
-  at::cpu::fill_(view, value);
-  return self;
+  static TrackedOp counter("aten::fill_.Scalar", KernelPath::kHot);
+  return run_tracked(counter, [&]() -> at::Tensor& {
+    Inline run(self.device().index());
+    at::Tensor view = run.call.to_host(self);
+    at::cpu::fill_(view, value);
+    return self;
+  });
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -33,7 +33,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory,
                                std::optional<at::MemoryFormat> memory_format) {
-  static OpCounter counter("aten::empty.memory_format");
+  static TrackedOp counter("aten::empty.memory_format", KernelPath::kHot);
   counter.hit();
   TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
   TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
@@ -46,7 +46,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                          std::optional<at::Device> device, std::optional<bool> pin_memory) {
-  static OpCounter counter("aten::empty_strided");
+  static TrackedOp counter("aten::empty_strided", KernelPath::kHot);
   counter.hit();
   TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
   c10::DeviceGuard guard(c10::Device(kNeuron, target_device(device)));
@@ -64,7 +64,8 @@ bool is_pinned(const at::Tensor& tensor) {
 // for plain byte copies; layout or dtype conversion runs the CPU copy kernel on
 // host views (a strided DMA).
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  static OpCounter counter("aten::_copy_from");
+  // TorchNeuron registers copy_ itself; PyTorch reaches ours through _copy_from.
+  static TrackedOp counter("aten::copy_", KernelPath::kHot);
   counter.hit();
   const bool from_device = self.device().type() == kNeuron;
   if (self.sizes() != dst.sizes() && dst.numel() != 0) {
@@ -117,7 +118,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  static OpCounter counter("aten::_copy_from_and_resize");
+  static TrackedOp counter("aten::_copy_from_and_resize", KernelPath::kHot);
   counter.hit();
   dst.resize_(self.sizes());
   return copy_from(self, dst, false);
@@ -130,7 +131,7 @@ void resize_storage_bytes(const at::Tensor& self, size_t new_bytes) {
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {
-  static OpCounter counter("aten::resize_");
+  static TrackedOp counter("aten::resize_", KernelPath::kHot);
   counter.hit();
   at::native::check_size_nonnegative(size);
   auto* impl = self.unsafeGetTensorImpl();
@@ -145,7 +146,7 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
 
 at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t offset, c10::IntArrayRef size,
                         c10::IntArrayRef stride) {
-  static OpCounter counter("aten::set_.source_Storage_storage_offset");
+  static TrackedOp counter("aten::set_.source_Storage_storage_offset", KernelPath::kHot);
   counter.hit();
   TORCH_CHECK(source.device().type() == kNeuron || source.nbytes() == 0,
               "set_: expected a neuron storage, got one on ", source.device());
@@ -182,33 +183,33 @@ at::Tensor& set_empty(at::Tensor& self) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  static OpCounter counter("aten::_local_scalar_dense");
+  static TrackedOp counter("aten::_local_scalar_dense", KernelPath::kHot);
   counter.hit();
   NEURON_RT_CALL(current_stream(self.device().index()).synchronize());
   return at::native::_local_scalar_dense_cpu(host_view(self));
 }
 
 at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
-  static OpCounter counter("aten::view");
+  static TrackedOp counter("aten::view", KernelPath::kHot);
   counter.hit();
   return at::native::view(self, size);
 }
 
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<int64_t> offset) {
-  static OpCounter counter("aten::as_strided");
+  static TrackedOp counter("aten::as_strided", KernelPath::kHot);
   counter.hit();
   return at::native::as_strided_tensorimpl(self, size, stride, offset);
 }
 
 at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
-  static OpCounter counter("aten::_reshape_alias");
+  static TrackedOp counter("aten::_reshape_alias", KernelPath::kHot);
   counter.hit();
   return at::native::_reshape_alias(self, size, stride);
 }
 
 at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
-  static OpCounter counter("aten::unfold");
+  static TrackedOp counter("aten::unfold", KernelPath::kHot);
   counter.hit();
   return at::native::unfold(self, dimension, size, step);
 }
@@ -224,7 +225,7 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                  std::optional<at::Layout> layout, std::optional<at::Device> device,
                                  std::optional<bool> pin_memory) {
-  static OpCounter counter("aten::_efficientzerotensor");
+  static TrackedOp counter("aten::_efficientzerotensor", KernelPath::kHot);
   counter.hit();
   at::native::ZeroTensorAllocator allocator(c10::Device(kNeuron, target_device(device)));
   auto keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);

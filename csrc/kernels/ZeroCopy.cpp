@@ -110,88 +110,6 @@ c10::DeviceIndex run_here_on(c10::DeviceIndex device) {
   return device;
 }
 
-// ---- op accounting -------------------------------------------------------------------------
-
-namespace {
-std::mutex& counters_mutex() {
-  static std::mutex m;
-  return m;
-}
-std::vector<OpCounter*>& native_counters() {
-  static auto* list = new std::vector<OpCounter*>();
-  return *list;
-}
-struct FallbackCount {
-  std::atomic<uint64_t> count{0};
-  bool warned = false;
-};
-std::shared_mutex g_fallback_mutex;
-std::unordered_map<std::string, std::unique_ptr<FallbackCount>>& fallback_counts() {
-  static auto* map = new std::unordered_map<std::string, std::unique_ptr<FallbackCount>>();
-  return *map;
-}
-}  // namespace
-
-OpCounter::OpCounter(const char* name) : name_(name) {
-  std::lock_guard<std::mutex> lock(counters_mutex());
-  native_counters().push_back(this);
-}
-
-void record_fallback(const c10::OperatorHandle& op) {
-  const auto& name = op.operator_name();
-  std::string key = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-  {
-    std::shared_lock<std::shared_mutex> lock(g_fallback_mutex);
-    auto it = fallback_counts().find(key);
-    if (it != fallback_counts().end()) {
-      it->second->count.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-  }
-  bool warn = false;
-  {
-    std::unique_lock<std::shared_mutex> lock(g_fallback_mutex);
-    auto& entry = fallback_counts()[key];
-    if (!entry) entry = std::make_unique<FallbackCount>();
-    entry->count.fetch_add(1, std::memory_order_relaxed);
-    warn = !entry->warned;
-    entry->warned = true;
-  }
-  if (warn) {
-    TORCH_WARN("The operator '", key,
-               "' has no native neuron kernel; it runs through the generic zero-copy path "
-               "(ATen's CPU kernel on device memory). This warning is shown once per operator; "
-               "see torch_neuronx.get_fallback_ops().");
-  }
-}
-
-std::vector<std::pair<std::string, uint64_t>> executed_ops() {
-  std::vector<std::pair<std::string, uint64_t>> result;
-  std::lock_guard<std::mutex> lock(counters_mutex());
-  for (auto* counter : native_counters()) {
-    if (counter->count()) result.emplace_back(counter->name(), counter->count());
-  }
-  return result;
-}
-
-std::vector<std::pair<std::string, uint64_t>> fallback_ops() {
-  std::vector<std::pair<std::string, uint64_t>> result;
-  std::shared_lock<std::shared_mutex> lock(g_fallback_mutex);
-  for (auto& entry : fallback_counts()) {
-    if (entry.second->count) result.emplace_back(entry.first, entry.second->count.load());
-  }
-  return result;
-}
-
-void reset_op_counts() {
-  {
-    std::lock_guard<std::mutex> lock(counters_mutex());
-    for (auto* counter : native_counters()) counter->reset();
-  }
-  std::unique_lock<std::shared_mutex> lock(g_fallback_mutex);
-  for (auto& entry : fallback_counts()) entry.second->count = 0;
-}
-
 // ---- the boxed zero-copy path ---------------------------------------------------------------
 
 namespace {
@@ -455,8 +373,7 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 namespace {
 void zero_copy_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-  record_fallback(op);
-  run_zero_copy(op, stack);
+  run_tracked(tracked_op(op), [&] { run_zero_copy(op, stack); });
 }
 }  // namespace
 

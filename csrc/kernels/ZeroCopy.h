@@ -9,8 +9,8 @@
 //     results, or a fresh output adopted as is (its bytes are already in device
 //     memory).
 // Hot ops call the CPU kernels directly and unboxed (kernels/Hot.cpp); every
-// other op goes through one boxed path (ZeroCopy.cpp), which is counted and
-// warned once per op as a fallback.
+// other op goes through one boxed path (ZeroCopy.cpp). Both are tracked as Note
+// [Op tracking] says.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,6 +22,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "../OpTracking.h"
 
 namespace torch_neuron {
 
@@ -53,24 +55,6 @@ struct DeviceCheck {
 // drains that device's current stream so the kernel sees all earlier work.
 c10::DeviceIndex run_here_on(c10::DeviceIndex device);
 
-// Counts of executed ops, split into native kernels and the generic fallback.
-class OpCounter {
- public:
-  explicit OpCounter(const char* name);  // a native kernel's counter (static)
-  void hit() { count_.fetch_add(1, std::memory_order_relaxed); }
-  const char* name() const { return name_; }
-  uint64_t count() const { return count_.load(); }
-  void reset() { count_.store(0); }
-
- private:
-  const char* name_;
-  std::atomic<uint64_t> count_{0};
-};
-void record_fallback(const c10::OperatorHandle& op);
-// name -> count, for ops run natively / through the fallback since the last reset.
-std::vector<std::pair<std::string, uint64_t>> executed_ops();
-std::vector<std::pair<std::string, uint64_t>> fallback_ops();
-void reset_op_counts();
 
 // Per call: host views of a kernel's neuron inputs, and where each came from; maps
 // the CPU kernel's outputs back to neuron tensors (steps 1 and 3 of the Note).

@@ -1,27 +1,65 @@
 """torch-neuron-sim: registers the simulated Neuron device as PyTorch's "neuron" device."""
+import os
+import sys
+
 import torch
 
 from . import _C  # noqa: F401  (loads the bridge: allocator, guard, hooks, kernels)
 from . import neuron as _neuron_module
 
+_OP_SET_FILE = os.path.join(os.path.dirname(__file__), "data", "torchneuron_ops.txt")
+
+
+def _read_op_set(path):
+    """The [device] and [cpu] sections of the op-set file (Note [Op tracking])."""
+    sections, current = {"device": [], "cpu": []}, None
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            if line.startswith("["):
+                current = line.strip("[]")
+                if current not in sections:
+                    raise ValueError(f"{path}:{number}: unknown section [{current}] (expected [device] or [cpu])")
+            elif current is None:
+                raise ValueError(f"{path}:{number}: op names before the first [device] or [cpu] section")
+            else:
+                sections[current].extend(line.split())
+    return sections["device"], sections["cpu"]
+
+
+_C._set_torchneuron_op_set(*_read_op_set(_OP_SET_FILE))
+
 if torch._C._get_privateuse1_backend_name() != "neuron":
     torch.utils.rename_privateuse1_backend("neuron")
     torch._register_device_module("neuron", _neuron_module)
-    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    sys.modules["torch.neuron.memory"] = _neuron_module.memory
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
 
 def get_executed_ops():
-    """Ops that ran with a native neuron kernel since the last reset: {name: count}."""
-    return dict(_C.executed_ops())
+    """Unique names of the ops TorchNeuron 2.13 would run on the device, seen since start-up
+    or the last clear_op_tracking() (e.g. ["aten::mul.Tensor", ...])."""
+    return _C.executed_op_names()
 
 
 def get_fallback_ops():
-    """Ops that ran through the generic zero-copy path since the last reset: {name: count}."""
-    return dict(_C.fallback_ops())
+    """Unique names of the ops TorchNeuron 2.13 would run on the CPU, seen since start-up or
+    the last clear_op_tracking()."""
+    return _C.fallback_op_names()
 
 
-def reset_op_counts():
-    _C.reset_op_counts()
+def clear_op_tracking():
+    _C.clear_op_tracking()
+
+
+def get_op_counts():
+    """Ours, not AWS's: every op seen since the last clear, with how many times it ran, how
+    the simulator computed it ("hot": a kernel of ours; "generic": the zero-copy path) and
+    where TorchNeuron would run it ("device" or "cpu")."""
+    return {name: {"count": count, "kernel": kernel, "torchneuron": "device" if on_device else "cpu"}
+            for name, count, kernel, on_device in _C.op_counts()}
 
 
 def is_simulated():

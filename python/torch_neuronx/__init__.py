@@ -1,11 +1,40 @@
 """torch_neuronx: the import name and API of AWS's TorchNeuron package, served by the
 simulated Neuron device of torch-neuron-sim. `import torch_neuronx` registers the
-"neuron" device (also loaded automatically through the torch.backends entry point)."""
+"neuron" device (also loaded automatically through the torch.backends entry point).
+
+Names of our own, not in AWS's package: is_simulated(), get_op_counts()."""
+import torch
+
 import torch_neuron_sim as _sim
-from torch_neuron_sim import get_executed_ops, get_fallback_ops, is_simulated, reset_op_counts
+from torch_neuron_sim import clear_op_tracking, get_executed_ops, get_fallback_ops, get_op_counts, is_simulated
+from torch_neuron_sim.dynamo_metrics import NeuronCompilationMetrics, get_dynamo_metrics, reset_dynamo_metrics
+from torch_neuron_sim.neuron import (Event, Stream, StreamContext, current_device, current_stream,
+                                     default_stream, device, device_count, empty_cache,
+                                     get_device_properties, max_memory_allocated, max_memory_reserved,
+                                     memory_allocated, memory_reserved, memory_stats, memory_summary,
+                                     reset_accumulated_memory_stats, reset_peak_memory_stats,
+                                     set_device, set_stream, stream, synchronize)
+
+from . import metrics  # noqa: E402
+from .nki import nki_op, wrap_nki  # noqa: E402
+from .profiling import NeuronProfiler  # noqa: E402
 
 __version__ = "2.13.0+sim"
-__all__ = ["get_executed_ops", "get_fallback_ops", "is_simulated", "reset_op_counts"]
+__all__ = [
+    "device_count", "current_device", "set_device", "get_device_properties", "empty_cache",
+    "synchronize", "current_stream", "default_stream", "set_stream", "stream", "StreamContext",
+    "device", "Stream", "Event", "memory_stats", "memory_allocated", "max_memory_allocated",
+    "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats", "memory_summary", "get_fallback_ops", "get_executed_ops",
+    "clear_op_tracking", "get_dynamo_metrics", "reset_dynamo_metrics", "NeuronCompilationMetrics",
+    "nki_op", "wrap_nki", "NeuronProfiler", "is_neuron_runtime_initialized", "metrics",
+    "is_simulated", "get_op_counts",
+]
+
+
+def is_neuron_runtime_initialized():
+    """True once this process has started the (simulated) Neuron runtime."""
+    return torch.neuron.is_initialized()
 
 
 def _autoload():

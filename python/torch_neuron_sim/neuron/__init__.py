@@ -1,31 +1,30 @@
-"""The torch.neuron module: the device API, shaped like torch.cuda."""
+"""The torch.neuron module: the device API, shaped like torch.cuda and like AWS's torch.neuron.
+
+Beyond AWS's module it keeps get_rng_state_all / set_rng_state_all and mem_get_info, which
+Accelerate and DTensor call."""
+
 import torch
 
-from . import _C
+from .. import _C
+from .. import dynamo_metrics as _dynamo_metrics
+from . import memory
+from ._device import _index
+from .memory import (empty_cache, max_memory_allocated, max_memory_reserved, mem_get_info,  # noqa: F401
+                     memory_allocated, memory_reserved, memory_stats, memory_summary,
+                     reset_accumulated_memory_stats, reset_max_memory_allocated,
+                     reset_peak_memory_stats)
 
 __all__ = [
     "is_available", "device_count", "current_device", "set_device", "device", "get_device_name",
     "get_device_properties", "synchronize", "Stream", "Event", "current_stream", "default_stream",
-    "stream", "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
-    "set_rng_state", "get_rng_state_all", "set_rng_state_all", "memory_allocated",
-    "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_stats",
-    "reset_peak_memory_stats", "reset_max_memory_allocated", "empty_cache", "mem_get_info",
+    "set_stream", "stream", "StreamContext", "manual_seed", "manual_seed_all", "seed", "seed_all",
+    "initial_seed", "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
     "get_amp_supported_dtype", "is_bf16_supported", "is_initialized", "init",
+    "get_dynamo_metrics", "reset_dynamo_metrics", "memory", *memory.__all__,
 ]
 
-
-def _index(device):
-    if device is None:
-        return _C.current_device()
-    if isinstance(device, int):
-        return device
-    if isinstance(device, str):
-        device = torch.device(device)
-    if isinstance(device, torch.device):
-        if device.type != "neuron":
-            raise ValueError(f"expected a neuron device, got {device}")
-        return _C.current_device() if device.index is None else device.index
-    raise TypeError(f"expected a device index, a 'neuron:N' string or torch.device, got {device!r}")
+get_dynamo_metrics = _dynamo_metrics.get_dynamo_metrics
+reset_dynamo_metrics = _dynamo_metrics.reset_dynamo_metrics
 
 
 def is_available():
@@ -91,8 +90,11 @@ def synchronize(device=None):
     _C.synchronize(-1 if device is None else _index(device))
 
 
+# ---- streams and events ---------------------------------------------------------------------
+
 class Stream(torch.Stream):
-    """A neuron stream (torch.Stream on the neuron device)."""
+    """A neuron stream (torch.Stream on the neuron device): wait_event, wait_stream,
+    record_event, query, synchronize."""
 
     def __new__(cls, device=None, priority=0, **kwargs):
         with globals()["device"](device):
@@ -115,11 +117,17 @@ def current_stream(device=None):
 
 def default_stream(device=None):
     index = _index(device)
-    return torch.Stream(stream_id=0, device_index=index, device_type=torch.device("neuron").type)
+    neuron_type = current_stream(index).device_type
+    return torch.Stream(stream_id=0, device_index=index, device_type=neuron_type)
 
 
-class stream:
-    """Context manager that makes `stream` current."""
+def set_stream(stream):
+    if stream is not None:
+        torch.accelerator.set_stream(stream)
+
+
+class StreamContext:
+    """Context manager that makes `stream` current on its device (None: no change)."""
 
     def __init__(self, stream):
         self.stream = stream
@@ -129,11 +137,23 @@ class stream:
         if self.stream is not None:
             self.previous = torch.accelerator.current_stream(self.stream.device)
             torch.accelerator.set_stream(self.stream)
+        return self.stream
 
     def __exit__(self, *exc):
         if self.previous is not None:
             torch.accelerator.set_stream(self.previous)
         return False
+
+
+def stream(stream):
+    """Context manager that makes `stream` current (as torch.cuda.stream)."""
+    return StreamContext(stream)
+
+
+def _sleep(cycles):
+    """Keeps the current stream busy for about `cycles` nanoseconds (torch.cuda._sleep's
+    use in tests: work that is still pending when the host looks)."""
+    _C._stream_sleep(int(cycles))
 
 
 # ---- random ---------------------------------------------------------------------------------
@@ -182,52 +202,10 @@ def set_rng_state_all(new_states):
         _C.default_generator(index).set_state(state)
 
 
-# ---- memory ---------------------------------------------------------------------------------
-
-def memory_stats(device=None):
-    return dict(_C.memory_stats(_index(device)))
-
-
-def memory_allocated(device=None):
-    return memory_stats(device)["allocated_bytes.all.current"]
-
-
-def max_memory_allocated(device=None):
-    return memory_stats(device)["allocated_bytes.all.peak"]
-
-
-def memory_reserved(device=None):
-    return memory_stats(device)["reserved_bytes.all.current"]
-
-
-def max_memory_reserved(device=None):
-    return memory_stats(device)["reserved_bytes.all.peak"]
-
-
-def reset_peak_memory_stats(device=None):
-    _C.reset_peak_memory_stats(_index(device))
-
-
-def reset_max_memory_allocated(device=None):
-    _C.reset_peak_memory_stats(_index(device))
-
-
-def reset_accumulated_memory_stats(device=None):
-    _C.reset_accumulated_memory_stats(_index(device))
-
-
-def empty_cache():
-    _C.empty_cache()
-
-
-def mem_get_info(device=None):
-    return tuple(_C.mem_get_info(_index(device)))
-
-
 # ---- amp ------------------------------------------------------------------------------------
 
 def get_amp_supported_dtype():
-    return [torch.bfloat16, torch.float16]
+    return [torch.float32, torch.float16, torch.bfloat16]
 
 
 def is_bf16_supported(including_emulation=True):
