@@ -9,6 +9,7 @@
 #include "NeuronAllocator.h"
 #include "NeuronCommon.h"
 #include "NeuronGenerator.h"
+#include "Dtype64.h"
 #include "OpTracking.h"
 #include "kernels/ZeroCopy.h"
 #include "runtime/metrics.h"
@@ -52,7 +53,8 @@ py::dict memory_stats(int device) {
   put("segment", s.segments, s.segments, 0, 0);
   stats["requested_bytes.all.current"] = s.requested_bytes;
   stats["num_ooms"] = s.ooms;
-  stats["num_alloc_retries"] = 0;
+  stats["num_alloc_retries"] = s.alloc_retries;
+  stats["pending_frees"] = s.pending_frees;
   stats["budget_bytes"] = s.budget_bytes;
   return stats;
 }
@@ -87,6 +89,36 @@ PYBIND11_MODULE(_C, m) {
   m.def("synchronize", [](int device) {
     py::gil_scoped_release release;
     NEURON_RT_CALL(runtime().synchronize(device));
+  });
+  m.def("stream_counters", [] {  // (tasks enqueued, host waits that blocked), all streams
+    auto& rt = runtime();
+    uint64_t enqueued = 0, waits = 0;
+    for (int d = 0; d < rt.device_count(); ++d) {
+      for (int id = 0; id <= neuron_rt::kStreamPoolSize; ++id) {
+        enqueued += rt.stream(d, id).enqueued();
+        waits += rt.stream(d, id).host_waits();
+      }
+    }
+    return py::make_tuple(enqueued, waits);
+  });
+  m.def("memory_guard", [] { return runtime().memory_guard(); });
+  // Note [64-bit as 32-bit], for the compiler's pass: the rule of one op.
+  m.def("narrowing_rule", [](const std::string& qualified_name) {
+    const Narrowing& rule = narrowing_for(qualified_name);
+    auto op = c10::Dispatcher::singleton().findSchemaOrThrow(
+        qualified_name.substr(0, qualified_name.find('.')).c_str(),
+        qualified_name.find('.') == std::string::npos ? "" : qualified_name.substr(qualified_name.find('.') + 1).c_str());
+    py::list values;
+    const auto& arguments = op.schema().arguments();
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      if (rule.value_argument[i]) values.append(arguments[i].name());
+    }
+    py::dict result;
+    result["exact"] = rule.exact;
+    result["value_arguments"] = values;
+    result["dtype_argument"] = rule.dtype_argument >= 0 ? py::object(py::str(arguments[rule.dtype_argument].name()))
+                                                        : py::object(py::none());
+    return result;
   });
   m.def("_stream_sleep", [](int64_t nanoseconds) {
     auto& stream = current_stream(static_cast<c10::DeviceIndex>(runtime().current_device()));

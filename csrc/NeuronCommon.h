@@ -30,14 +30,18 @@ inline neuron_rt::Runtime& runtime() { return NEURON_RT_CALL(neuron_rt::Runtime:
 
 // The stream currently selected for `device` on this thread.
 neuron_rt::Stream& current_stream(c10::DeviceIndex device);
+// Waits for `stream` (with the GIL released when the caller holds it and must wait);
+// throws the stream's sticky error.
+void synchronize_stream(neuron_rt::Stream& stream);
 
 // The allocator of neuron device memory (a c10::DeviceAllocator).
 c10::Allocator* neuron_allocator();
+// The allocator of pinned host memory (an at::HostAllocator).
+c10::Allocator* pinned_host_allocator();
+bool is_pinned_pointer(const void* ptr);
 
-// Waits for all work, then releases every core's cached blocks (torch.neuron.empty_cache).
+// Waits for all work, then releases every core's cached segments and the cached pinned
+// host memory (torch.neuron.empty_cache).
 void neuron_allocator_empty_cache();
-
-// Frees a block of device memory (deleter of every neuron DataPtr).
-void free_device_block(void* ptr);
 
 }  // namespace torch_neuron

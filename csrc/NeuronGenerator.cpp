@@ -3,6 +3,7 @@
 #include <deque>
 #include <mutex>
 
+#include "HostWait.h"
 #include "NeuronCommon.h"
 
 namespace torch_neuron {
@@ -12,19 +13,54 @@ NeuronGeneratorImpl::NeuronGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
       engine_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
 
-void NeuronGeneratorImpl::set_current_seed(uint64_t seed) { engine_.set_current_seed(seed); }
-void NeuronGeneratorImpl::set_offset(uint64_t offset) { engine_.set_offset(offset); }
-uint64_t NeuronGeneratorImpl::get_offset() const { return engine_.get_offset(); }
-uint64_t NeuronGeneratorImpl::current_seed() const { return engine_.current_seed(); }
-uint64_t NeuronGeneratorImpl::seed() { return engine_.seed(); }
+namespace {
+// Waits for queued work on `device` (see the header) unless the runtime is not running.
+void drain(c10::DeviceIndex device) {
+  if (!neuron_rt::Runtime::initialized() || neuron_rt::Runtime::in_bad_fork()) return;
+  auto& rt = runtime();
+  if (rt.launch_blocking()) return;
+  without_gil([&] { NEURON_RT_CALL(rt.synchronize(device)); });
+}
+}  // namespace
+
+void NeuronGeneratorImpl::set_current_seed(uint64_t seed) {
+  drain(device().index());
+  std::lock_guard<std::mutex> lock(engine_.mutex());
+  engine_.set_current_seed(seed);
+}
+void NeuronGeneratorImpl::set_offset(uint64_t offset) {
+  drain(device().index());
+  std::lock_guard<std::mutex> lock(engine_.mutex());
+  engine_.set_offset(offset);
+}
+uint64_t NeuronGeneratorImpl::get_offset() const {
+  drain(device().index());
+  std::lock_guard<std::mutex> lock(engine_.mutex());
+  return engine_.get_offset();
+}
+uint64_t NeuronGeneratorImpl::current_seed() const {
+  std::lock_guard<std::mutex> lock(engine_.mutex());
+  return engine_.current_seed();
+}
+uint64_t NeuronGeneratorImpl::seed() {
+  drain(device().index());
+  std::lock_guard<std::mutex> lock(engine_.mutex());
+  return engine_.seed();
+}
 void NeuronGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
+  drain(device().index());
+  std::lock_guard<std::mutex> lock(engine_.mutex());
   engine_.unsafeGetGeneratorImpl()->set_state(new_state);
 }
 c10::intrusive_ptr<c10::TensorImpl> NeuronGeneratorImpl::get_state() const {
+  drain(device().index());
+  std::lock_guard<std::mutex> lock(engine_.mutex());
   return engine_.unsafeGetGeneratorImpl()->get_state();
 }
 NeuronGeneratorImpl* NeuronGeneratorImpl::clone_impl() const {
+  drain(device().index());
   auto* copy = new NeuronGeneratorImpl(device().index());
+  std::lock_guard<std::mutex> lock(engine_.mutex());
   copy->engine_ = engine_.clone();
   return copy;
 }

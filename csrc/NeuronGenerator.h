@@ -1,10 +1,20 @@
 // Random number generators of the neuron device.
 //
-// A NeuronGenerator is a PrivateUse1 generator whose state is a CPU Philox-free
-// mt19937 engine (at::CPUGeneratorImpl): random kernels are ATen CPU kernels run
-// on device memory (Note [Zero-copy kernels]), and they are handed the engine.
-// manual_seed, seed, initial_seed, get_state and set_state behave as on CPU, so a
-// seeded neuron run draws the same numbers as a seeded CPU run.
+// A NeuronGenerator is a PrivateUse1 generator whose state is a CPU mt19937 engine
+// (an at::CPUGeneratorImpl): random kernels are ATen CPU kernels run on device memory
+// (Note [Zero-copy kernels]), and they are handed the engine. manual_seed, seed,
+// initial_seed, get_state and set_state behave as on CPU, so a seeded neuron run draws the
+// same numbers as a seeded CPU run.
+//
+// One lock. CPU kernels insist on a generator of device type CPU (at::check_generator), so
+// the neuron generator cannot be that generator itself (openreg subclasses
+// CPUGeneratorImpl, but its kernels do not draw from it); kernels lock the engine's mutex
+// while they draw, and every method here takes that same mutex, so no draw ever sees a
+// state change half-way (Python also takes this object's own mutex first, harmlessly).
+//
+// Asynchronous mode: a random op may still be queued when the host reads or changes the
+// state; every state method first waits for the device's streams, so the state it sees
+// or sets is the one the queued draws left or will not touch.
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -28,7 +38,7 @@ class NeuronGeneratorImpl final : public c10::GeneratorImpl {
 
  private:
   NeuronGeneratorImpl* clone_impl() const override;
-  at::Generator engine_;
+  mutable at::Generator engine_;  // mutable: its mutex is taken in const methods
 };
 
 const at::Generator& default_generator(c10::DeviceIndex device);

@@ -2,6 +2,8 @@
 // events, synchronization. Contracts: c10/core/impl/DeviceGuardImplInterface.h.
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "HostWait.h"
+#include "NeuronAllocator.h"
 #include "NeuronCommon.h"
 
 namespace torch_neuron {
@@ -75,12 +77,12 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     auto& s = NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id())));
     as_event(event)->wait(s);
   }
-  bool queryEvent(void* event) const override { return !event || as_event(event)->query(); }
+  bool queryEvent(void* event) const override { return !event || NEURON_RT_CALL(as_event(event)->query()); }
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
     delete as_event(event);
   }
   void synchronizeEvent(void* event) const override {
-    if (event) as_event(event)->synchronize();
+    if (event) without_gil([&] { NEURON_RT_CALL(as_event(event)->synchronize()); });
   }
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     TORCH_CHECK(start && end, "Both events must be recorded before calculating elapsed time.");
@@ -90,12 +92,19 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id())).query());
   }
   void synchronizeStream(const c10::Stream& stream) const override {
-    NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id())).synchronize());
+    synchronize_stream(NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id()))));
   }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    NEURON_RT_CALL(runtime().synchronize(device_index));
+    without_gil([&] { NEURON_RT_CALL(runtime().synchronize(device_index)); });
   }
-  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+  // tensor.record_stream(s): the memory is reused only after `s` has run what it had queued
+  // when the tensor was freed (Note [Buffers]).
+  void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override {
+    neuron_rt::Buffer* buffer = buffer_of(data_ptr);
+    if (!buffer) return;
+    auto& s = NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id())));
+    NEURON_RT_CALL(buffer->record_stream(s));
+  }
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, NeuronGuardImpl);

@@ -56,18 +56,30 @@ Runtime& Runtime::get() {
 bool Runtime::initialized() noexcept { return g_initialized.load(); }
 bool Runtime::in_bad_fork() noexcept { return g_bad_fork.load(); }
 
+namespace {
+bool setting_is(const char* name, const char* value) {
+  const char* text = std::getenv(name);
+  return text && std::string(text) == value;
+}
+}  // namespace
+
 Runtime::Runtime() : topology_(Topology::from_environment()) {
-  const char* blocking = std::getenv("NEURON_LAUNCH_BLOCKING");
-  launch_blocking_ = !(blocking && std::string(blocking) == "0");
+  launch_blocking_ = !setting_is("NEURON_LAUNCH_BLOCKING", "0");
+  memory_guard_ = setting_is("NEURON_SIM_MEMORY_GUARD", "1");
+  const MemoryBacking backing =
+      setting_is("NEURON_SIM_SHARED_MEMORY", "1") ? MemoryBacking::kSharedFile : MemoryBacking::kAnonymous;
   if (int(topology_.visible.size()) > kMaxDevices) {
     throw Error(ErrorCode::kInvalidArgument, "more than 512 visible cores are not supported");
   }
   for (size_t index = 0; index < topology_.visible.size(); ++index) {
     auto state = std::make_unique<DeviceState>();
-    state->memory = std::make_unique<DeviceMemory>(int(index), topology_.visible[index].hbm_bytes);
+    std::vector<Stream*> streams;
     for (int id = 0; id <= kStreamPoolSize; ++id) {
       state->streams.push_back(std::make_unique<Stream>(int(index), id, launch_blocking_));
+      streams.push_back(state->streams.back().get());
     }
+    state->memory = std::make_unique<DeviceMemory>(int(index), topology_.visible[index].hbm_bytes, backing,
+                                                   memory_guard_, std::move(streams));
     devices_.push_back(std::move(state));
   }
 }
@@ -120,43 +132,20 @@ void Runtime::set_current_stream(int device, int id) {
   t_current_stream[device] = id;
 }
 
-int Runtime::device_of(const void* ptr) const {
-  for (int device = 0; device < device_count(); ++device) {
-    if (devices_[device]->memory->owns(ptr)) return device;
-  }
-  for (int device = 0; device < device_count(); ++device) {
-    if (devices_[device]->memory->contains(ptr)) return device;
-  }
-  return -1;
-}
-
-void Runtime::free(void* ptr) {
-  if (!ptr) return;
-  for (auto& state : devices_) {
-    if (!state->memory->owns(ptr)) continue;
-    DeviceMemory* memory = state->memory.get();
-    if (launch_blocking_) {
-      memory->free(ptr);
-      return;
-    }
-    // Stream-ordered free: every stream of the device may still have work that
-    // reads the block; the default stream is where tensors' work is ordered.
-    bool idle = true;
-    for (auto& stream : state->streams) idle = idle && stream->query();
-    if (idle) {
-      memory->free(ptr);
-    } else {
-      state->streams[0]->enqueue([memory, ptr] { memory->free(ptr); });
-    }
-    return;
-  }
-}
-
 void Runtime::synchronize(int device) {
+  if (device >= 0) check_device(device);
+  std::exception_ptr first_failure;
   for (int index = 0; index < device_count(); ++index) {
     if (device >= 0 && index != device) continue;
-    for (auto& stream : devices_[index]->streams) stream->synchronize();
+    for (auto& stream : devices_[index]->streams) {
+      try {
+        stream->synchronize();
+      } catch (const Error&) {
+        if (!first_failure) first_failure = std::current_exception();
+      }
+    }
   }
+  if (first_failure) std::rethrow_exception(first_failure);
 }
 
 }  // namespace neuron_rt

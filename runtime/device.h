@@ -1,15 +1,20 @@
-// The simulated Neuron runtime of this process: its topology, and for each
-// visible logical core (a "device") its memory and streams.
+// The simulated Neuron runtime of this process: its topology, and for each visible
+// logical core (a "device") its memory and streams.
 //
 // Equivalent to: the CUDA driver context of a process. Made on first use
 // (Runtime::get()), from the settings in topology.h and:
-//   NEURON_LAUNCH_BLOCKING=1|0   run every task on the calling thread (default 1)
+//   NEURON_LAUNCH_BLOCKING=1|0     run every task on the calling thread (default 1)
+//   NEURON_SIM_MEMORY_GUARD=1      device memory inaccessible outside kernels and copies
+//                                  (Note [Memory guard] in memory.h; a debug mode)
+//   NEURON_SIM_SHARED_MEMORY=1     device memory in shared-memory files (memory.h), which
+//                                  other processes can map
 //
-// Fork: a child forked after the parent initialised the runtime must not use it
-// (its streams' threads are gone); get() then throws Error(kBadFork), as CUDA does.
+// Fork: a child forked after the parent initialised the runtime must not use it (its
+// streams' threads are gone); get() then throws Error(kBadFork), as CUDA does. Buffers
+// the child inherited are never returned (a child takes no runtime lock).
 //
-// Thread safety: everything here may be used from any thread at once. The
-// current device is per thread.
+// Thread safety: everything here may be used from any thread at once. The current device
+// and the current stream per device are per thread.
 #pragma once
 
 #include <atomic>
@@ -28,8 +33,8 @@ constexpr int kStreamPoolSize = 8;  // streams per device besides the default on
 
 class Runtime {
  public:
-  // The runtime, made on first call. Throws Error(kBadFork) in a forked child
-  // of an initialised parent, and Error(kInvalidArgument) for bad settings.
+  // The runtime, made on first call. Throws Error(kBadFork) in a forked child of an
+  // initialised parent, and Error(kInvalidArgument) for bad settings.
   static Runtime& get();
   // True once get() has made the runtime in this process (never throws).
   static bool initialized() noexcept;
@@ -39,6 +44,7 @@ class Runtime {
   const Topology& topology() const { return topology_; }
   int device_count() const { return int(devices_.size()); }
   bool launch_blocking() const { return launch_blocking_; }
+  bool memory_guard() const { return memory_guard_; }
 
   // Throws Error(kInvalidDevice) naming the valid range and NEURON_RT_VISIBLE_CORES.
   void check_device(int device) const;
@@ -54,23 +60,22 @@ class Runtime {
   int current_stream(int device) const;
   void set_current_stream(int device, int id);
 
-  // Frees a block of any device (from a tensor deleter): the block returns to the
-  // cache once the stream that used it has run everything enqueued so far.
-  void free(void* ptr);
-  // Device holding `ptr` (a block start, or a pointer into a block), or -1.
-  int device_of(const void* ptr) const;
-  // Waits for every stream of `device` (all devices when -1).
+  // Device holding `ptr` (anywhere in its memory), or -1. Never throws, never locks.
+  static int device_of(const void* ptr) noexcept { return device_of_address(ptr); }
+  // Waits for every stream of `device` (all devices when -1). Every stream is drained,
+  // also after one of them has failed; then the first failure is thrown.
   void synchronize(int device = -1);
 
  private:
   Runtime();
   struct DeviceState {
-    std::unique_ptr<DeviceMemory> memory;
     std::vector<std::unique_ptr<Stream>> streams;
+    std::unique_ptr<DeviceMemory> memory;
     std::atomic<int> next_pool{0};
   };
   Topology topology_;
   bool launch_blocking_ = true;
+  bool memory_guard_ = false;
   std::vector<std::unique_ptr<DeviceState>> devices_;
 };
 

@@ -14,7 +14,9 @@ enum class ErrorCode {
   kOutOfMemory,      // allocation beyond the per-core HBM budget
   kInvalidArgument,  // a bad setting or argument
   kBadFork,          // runtime used in a forked child after the parent initialised it
-  kAsyncFailure,     // an earlier asynchronous task on a stream failed
+  kAsyncFailure,     // an asynchronous task on a stream failed (the stream's sticky error)
+  kTimeout,          // a wait did not finish within its time limit
+  kAborted,          // the stream was aborted (e.g. a collective gave up)
 };
 
 class Error : public std::runtime_error {

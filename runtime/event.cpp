@@ -13,14 +13,16 @@ void Event::record(Stream& stream) {
     std::lock_guard<std::mutex> lock(state_->mutex);
     version = ++state_->recorded_version;
     state_->device = stream.device();
+    state_->stream = &stream;
   }
   auto state = state_;
-  stream.enqueue([state, version] {
+  stream.enqueue_marker([state, version](const std::string* failure) {
     {
       std::lock_guard<std::mutex> lock(state->mutex);
       if (version > state->completed_version) {
         state->completed_version = version;
         state->time = std::chrono::steady_clock::now();
+        state->failure = failure ? *failure : std::string();
       }
     }
     state->done.notify_all();
@@ -32,25 +34,57 @@ void Event::wait(Stream& stream) const {
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     version = state_->recorded_version;
-    if (state_->completed_version >= version) return;  // already done
+    if (state_->completed_version >= version && state_->failure.empty()) return;  // already done
   }
   auto state = state_;
   stream.enqueue([state, version] {
     std::unique_lock<std::mutex> lock(state->mutex);
-    state->done.wait(lock, [&] { return state->completed_version >= version; });
+    Stream* recorded_on = state->stream;
+    while (state->completed_version < version && !(recorded_on && recorded_on->aborted())) {
+      state->done.wait_for(lock, std::chrono::milliseconds(100));  // polls for an abort of the other stream
+    }
+    if (state->completed_version < version) {
+      throw Error(ErrorCode::kAborted, "a waited-on event's stream was aborted");
+    }
+    if (!state->failure.empty()) {
+      throw Error(ErrorCode::kAsyncFailure, "a waited-on event failed: " + state->failure);
+    }
   });
+}
+
+void Event::throw_if_failed_locked(uint64_t version) const {
+  if (state_->completed_version < version) {
+    throw Error(ErrorCode::kAborted, "the event's stream was aborted before it reached the event");
+  }
+  if (!state_->failure.empty()) {
+    throw Error(ErrorCode::kAsyncFailure, "the event's stream failed: " + state_->failure);
+  }
 }
 
 bool Event::query() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->completed_version >= state_->recorded_version;
+  const uint64_t version = state_->recorded_version;
+  if (state_->completed_version < version && !(state_->stream && state_->stream->aborted())) return false;
+  throw_if_failed_locked(version);
+  return true;
 }
 
-void Event::synchronize() const {
+bool Event::wait_for(std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(state_->mutex);
   const uint64_t version = state_->recorded_version;
-  state_->done.wait(lock, [&] { return state_->completed_version >= version; });
+  Stream* recorded_on = state_->stream;
+  auto done = [&] { return state_->completed_version >= version || (recorded_on && recorded_on->aborted()); };
+  // Polls: an abort of the recording stream does not notify this event.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (timeout.count() >= 0 && std::chrono::steady_clock::now() >= deadline) return false;
+    state_->done.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  throw_if_failed_locked(version);
+  return true;
 }
+
+void Event::synchronize() const { wait_for(std::chrono::milliseconds(-1)); }
 
 bool Event::recorded() const {
   std::lock_guard<std::mutex> lock(state_->mutex);

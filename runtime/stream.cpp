@@ -1,10 +1,34 @@
 #include "stream.h"
 
-#include <string>
-
 #include "error.h"
 
 namespace neuron_rt {
+
+namespace {
+thread_local Stream* t_current_worker = nullptr;
+
+// How long an idle worker spins before it sleeps, in polls of its queue: work enqueued
+// within a few microseconds of the last task is picked up without a wake-up system call.
+constexpr int kIdleSpins = 2000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+std::string describe(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an unknown exception";
+  }
+}
+}  // namespace
 
 Stream::Stream(int device, int id, bool launch_blocking)
     : device_(device), id_(id), launch_blocking_(launch_blocking) {}
@@ -18,93 +42,159 @@ Stream::~Stream() {
   if (worker_.joinable()) worker_.join();
 }
 
-void Stream::run_task(Task& task) {
-  try {
-    task();
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!failure_) failure_ = std::current_exception();
-  }
-}
+Stream* Stream::current_worker() { return t_current_worker; }
+bool Stream::is_current_worker() const { return t_current_worker == this; }
 
-void Stream::enqueue(Task task) {
-  if (launch_blocking_) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      enqueued_++;
-    }
-    struct Complete {  // also when the task throws: errors surface at the call that caused them
-      Stream* stream;
-      ~Complete() {
-        {
-          std::lock_guard<std::mutex> lock(stream->mutex_);
-          stream->completed_++;
-        }
-        stream->work_done_.notify_all();  // other threads may be in synchronize()
-      }
-    } complete{this};
-    task();
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-    queue_.push_back(std::move(task));
-    enqueued_++;
-  }
-  work_ready_.notify_one();
-}
-
-void Stream::worker_loop() {
-  for (;;) {
-    Task task;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left to run
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      if (failure_) task = nullptr;  // skip work after a failure until synchronize()
-    }
-    if (task) run_task(task);
-    // Drop what the task holds (e.g. tensors, whose release may need the caller's
-    // interpreter) before the task counts as done: synchronize() returns after it.
-    task = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      completed_++;
-    }
+void Stream::finish_one() {
+  completed_.fetch_add(1, std::memory_order_acq_rel);
+  if (waiters_.load(std::memory_order_acquire) > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }  // a waiter is either before its check or asleep
     work_done_.notify_all();
   }
 }
 
-void Stream::synchronize() {
-  std::exception_ptr failure;
+void Stream::push(Entry entry) {
+  bool wake = false;
   {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+    queue_.push_back(std::move(entry));
+    enqueued_.fetch_add(1, std::memory_order_acq_rel);
+    wake = worker_sleeping_.load(std::memory_order_relaxed);
+  }
+  if (wake) work_ready_.notify_one();
+}
+
+void Stream::enqueue(Task task) {
+  if (!launch_blocking_) {
+    push(Entry{std::move(task), nullptr});
+    return;
+  }
+  enqueued_.fetch_add(1, std::memory_order_acq_rel);
+  struct Complete {  // also when the task throws: its error reaches the caller directly
+    Stream* stream;
+    ~Complete() { stream->finish_one(); }
+  } complete{this};
+  task();
+}
+
+void Stream::enqueue_marker(Marker marker) {
+  if (!launch_blocking_) {
+    push(Entry{nullptr, std::move(marker)});
+    return;
+  }
+  enqueued_.fetch_add(1, std::memory_order_acq_rel);
+  struct Complete {
+    Stream* stream;
+    ~Complete() { stream->finish_one(); }
+  } complete{this};
+  marker(nullptr);  // launch-blocking streams do not fail (errors reach their callers)
+}
+
+void Stream::fail(const std::string& message, bool aborted) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failed_.load(std::memory_order_relaxed)) return;
+    try {
+      failure_ = message;
+    } catch (...) {
+    }
+    aborted_.store(aborted, std::memory_order_release);
+    failed_.store(true, std::memory_order_release);
+  }
+  work_done_.notify_all();
+}
+
+void Stream::abort(const std::string& reason) noexcept { fail(reason, /*aborted=*/true); }
+
+std::optional<std::string> Stream::failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failed_.load(std::memory_order_relaxed)) return std::nullopt;
+  return failure_;
+}
+
+void Stream::worker_loop() {
+  t_current_worker = this;
+  uint64_t taken = 0;
+  for (;;) {
+    for (int spin = 0; spin < kIdleSpins && enqueued_.load(std::memory_order_acquire) == taken; ++spin) {
+      cpu_relax();
+    }
+    Entry entry;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (queue_.empty() && !stopping_) {
+        worker_sleeping_.store(true, std::memory_order_relaxed);
+        work_ready_.wait(lock);
+        worker_sleeping_.store(false, std::memory_order_relaxed);
+      }
+      if (queue_.empty()) return;  // stopping, and nothing left to run
+      entry = std::move(queue_.front());
+      queue_.pop_front();
+      ++taken;
+    }
+    if (entry.task) {
+      if (!failed_.load(std::memory_order_acquire)) {
+        try {
+          entry.task();
+        } catch (...) {
+          fail(describe(std::current_exception()), /*aborted=*/false);
+        }
+      }
+    } else if (entry.marker) {
+      std::optional<std::string> error = failure();
+      try {
+        entry.marker(error ? &*error : nullptr);
+      } catch (...) {
+        fail(describe(std::current_exception()), /*aborted=*/false);
+      }
+    }
+    // What the task holds (buffers, views) is released here, outside the stream's lock:
+    // releasing memory may need other locks, and must not wait for this stream.
+    entry = Entry();
+    finish_one();
+  }
+}
+
+void Stream::throw_failure() const {
+  std::string message;
+  bool aborted;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    message = failure_;
+    aborted = aborted_.load();
+  }
+  throw Error(aborted ? ErrorCode::kAborted : ErrorCode::kAsyncFailure,
+              (aborted ? "neuron:" + std::to_string(device_) + " stream " + std::to_string(id_) +
+                             " was aborted: "
+                       : "an asynchronous task on neuron:" + std::to_string(device_) + " stream " +
+                             std::to_string(id_) + " failed: ") +
+                  message +
+                  (aborted ? std::string()
+                           : " (the stream stays failed; set NEURON_LAUNCH_BLOCKING=1 to raise the error "
+                             "where it happens)"));
+}
+
+bool Stream::wait_for(uint64_t marker, std::chrono::milliseconds timeout) {
+  if (!is_current_worker() && !reached(marker)) {
+    host_waits_.fetch_add(1, std::memory_order_relaxed);
     std::unique_lock<std::mutex> lock(mutex_);
-    work_done_.wait(lock, [this] { return completed_ == enqueued_; });
-    failure = failure_;
-    failure_ = nullptr;
+    waiters_.fetch_add(1, std::memory_order_acq_rel);
+    auto done = [&] { return reached(marker) || aborted(); };
+    bool finished;
+    if (timeout.count() < 0) {
+      work_done_.wait(lock, done);
+      finished = true;
+    } else {
+      finished = work_done_.wait_for(lock, timeout, done);
+    }
+    waiters_.fetch_sub(1, std::memory_order_acq_rel);
+    if (!finished) return false;
   }
-  if (!failure) return;
-  try {
-    std::rethrow_exception(failure);
-  } catch (const std::exception& error) {
-    throw Error(ErrorCode::kAsyncFailure,
-                "an asynchronous task on neuron:" + std::to_string(device_) + " stream " +
-                    std::to_string(id_) + " failed: " + error.what() +
-                    " (set NEURON_LAUNCH_BLOCKING=1 to raise it where it happens)");
-  }
+  if (failed_.load(std::memory_order_acquire)) throw_failure();
+  return true;
 }
 
-bool Stream::query() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return completed_ == enqueued_;
-}
-
-uint64_t Stream::tasks_run() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return completed_;
-}
+void Stream::synchronize() { wait_for(marker(), std::chrono::milliseconds(-1)); }
 
 }  // namespace neuron_rt

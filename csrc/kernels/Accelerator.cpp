@@ -8,7 +8,7 @@
 //    attention kernel on host views instead of the unfused math decomposition.
 //  - histc: CUDA accepts integer inputs (transformers' MoE layers pass int32 on
 //    accelerators); the CPU kernel takes floating inputs only.
-#include <ATen/CPUFunctions.h>
+#include <ATen/ops/histc.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/native/transformers/attention.h>
@@ -26,27 +26,26 @@
 namespace torch_neuron {
 namespace {
 
+// Kernels are bodies over host views (run_kernel: inline, or queued with outputs from the
+// same body run on meta tensors), so they capture their non-tensor arguments by value.
+
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
                        bool transposed, c10::IntArrayRef output_padding, int64_t groups) {
   // TorchNeuron registers convolution itself; PyTorch routes ours to the overrideable op.
   static TrackedOp counter("aten::convolution", KernelPath::kHot);
   return run_tracked(counter, [&]() -> at::Tensor {
-    DeviceCheck check;
-    check.add(input, "aten::convolution");
-    check.add(weight, "aten::convolution");
-    if (bias) check.add(*bias, "aten::convolution");
-    HostCall call;
-    call.device = run_here_on(check.device);
-    at::Tensor result;
-    {
-      AllocationRedirect redirect(call.device);
-      std::optional<at::Tensor> bias_view;
-      if (bias && bias->defined()) bias_view = call.to_host(*bias);
-      result = at::convolution(call.to_host(input), call.to_host(weight), bias_view, stride, padding, dilation,
-                               transposed, output_padding, groups);
-    }
-    return call.to_device(result);
+    const bool has_bias = bias && bias->defined();
+    TensorBody body = [stride = stride.vec(), padding = padding.vec(), dilation = dilation.vec(), transposed,
+                       output_padding = output_padding.vec(), groups, has_bias](const std::vector<at::Tensor>& in) {
+      std::optional<at::Tensor> b;
+      if (has_bias) b = in[2];
+      return std::vector<at::Tensor>{
+          at::convolution(in[0], in[1], b, stride, padding, dilation, transposed, output_padding, groups)};
+    };
+    std::vector<at::Tensor> inputs{input, weight};
+    if (has_bias) inputs.push_back(*bias);
+    return run_kernel("aten::convolution", inputs, body)[0];
   });
 }
 
@@ -56,45 +55,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     int64_t groups, std::array<bool, 3> output_mask) {
   static TrackedOp counter("aten::convolution_backward", KernelPath::kHot);
   return run_tracked(counter, [&]() -> std::tuple<at::Tensor, at::Tensor, at::Tensor> {
-    DeviceCheck check;
-    check.add(grad_output, "aten::convolution_backward");
-    check.add(input, "aten::convolution_backward");
-    check.add(weight, "aten::convolution_backward");
-    HostCall call;
-    call.device = run_here_on(check.device);
     const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
-    std::vector<int64_t> bias_sizes{out_channels};
-    at::Tensor grad_input, grad_weight, grad_bias;
-    {
-      AllocationRedirect redirect(call.device);
-      std::tie(grad_input, grad_weight, grad_bias) = at::convolution_backward(
-          call.to_host(grad_output), call.to_host(input), call.to_host(weight),
-          output_mask[2] ? at::OptionalIntArrayRef(bias_sizes) : std::nullopt, stride, padding, dilation,
-          transposed, output_padding, groups, output_mask);
-    }
-    return {call.to_device(grad_input), call.to_device(grad_weight), call.to_device(grad_bias)};
+    TensorBody body = [stride = stride.vec(), padding = padding.vec(), dilation = dilation.vec(), transposed,
+                       output_padding = output_padding.vec(), groups, output_mask,
+                       out_channels](const std::vector<at::Tensor>& in) {
+      std::vector<int64_t> bias_sizes{out_channels};
+      auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
+          in[0], in[1], in[2], output_mask[2] ? at::OptionalIntArrayRef(bias_sizes) : std::nullopt, stride, padding,
+          dilation, transposed, output_padding, groups, output_mask);
+      return std::vector<at::Tensor>{grad_input, grad_weight, grad_bias};
+    };
+    auto results = run_kernel("aten::convolution_backward", {grad_output, input, weight}, body);
+    return {results[0], results[1], results[2]};
   });
 }
 
 at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
   static TrackedOp counter("aten::histc", KernelPath::kHot);
   return run_tracked(counter, [&]() -> at::Tensor {
-    DeviceCheck check;
-    check.add(self, "aten::histc");
-    HostCall call;
-    call.device = run_here_on(check.device);
-    at::Tensor result;
-    {
-      AllocationRedirect redirect(call.device);
-      at::Tensor view = call.to_host(self);
-      if (at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) {
+    const auto type = self.scalar_type();
+    TensorBody body = [bins, min, max, type](const std::vector<at::Tensor>& in) {
+      if (at::isIntegralType(type, /*includeBool=*/true)) {
         // integer values are exact in float64; counts come back in the input's dtype, as on CUDA
-        result = at::cpu::histc(view.to(at::kDouble), bins, min, max).to(self.scalar_type());
-      } else {
-        result = at::cpu::histc(view, bins, min, max);
+        return std::vector<at::Tensor>{at::histc(in[0].to(at::kDouble), bins, min, max).to(type)};
       }
-    }
-    return call.to_device(result);
+      return std::vector<at::Tensor>{at::histc(in[0], bins, min, max)};
+    };
+    return run_kernel("aten::histc", {self}, body)[0];
   });
 }
 
@@ -130,22 +117,20 @@ FusedAttention fused_attention(const at::Tensor& query, const at::Tensor& key, c
   static TrackedOp counter("aten::_scaled_dot_product_fused_attention_overrideable", KernelPath::kHot);
   return run_tracked(counter, [&]() -> FusedAttention {
     TORCH_CHECK(!return_debug_mask, "scaled_dot_product_attention on neuron: return_debug_mask is not supported");
-    DeviceCheck check;
-    for (const at::Tensor* t : {&query, &key, &value}) check.add(*t, "aten::scaled_dot_product_attention");
-    if (attn_bias && attn_bias->defined()) check.add(*attn_bias, "aten::scaled_dot_product_attention");
-    HostCall call;
-    call.device = run_here_on(check.device);
-    at::Tensor output, logsumexp;
-    {
-      AllocationRedirect redirect(call.device);
+    const bool has_mask = attn_bias && attn_bias->defined();
+    TensorBody body = [dropout_p, is_causal, scale, has_mask](const std::vector<at::Tensor>& in) {
       std::optional<at::Tensor> mask;
-      if (attn_bias && attn_bias->defined()) mask = call.to_host(*attn_bias);
-      std::tie(output, logsumexp) = at::_scaled_dot_product_flash_attention_for_cpu(
-          call.to_host(query), call.to_host(key), call.to_host(value), dropout_p, is_causal, mask, scale);
-    }
+      if (has_mask) mask = in[3];
+      auto [output, logsumexp] =
+          at::_scaled_dot_product_flash_attention_for_cpu(in[0], in[1], in[2], dropout_p, is_causal, mask, scale);
+      return std::vector<at::Tensor>{output, logsumexp};
+    };
+    std::vector<at::Tensor> inputs{query, key, value};
+    if (has_mask) inputs.push_back(*attn_bias);
+    auto results = run_kernel("aten::scaled_dot_product_attention", inputs, body);
     auto empty = at::empty({0}, query.options().dtype(at::kLong));
-    return {call.to_device(output), call.to_device(logsumexp), empty, empty, c10::SymInt(query.size(2)),
-            c10::SymInt(key.size(2)), empty, empty, at::empty({0}, query.options())};
+    return {results[0], results[1], empty, empty, c10::SymInt(query.size(2)), c10::SymInt(key.size(2)), empty, empty,
+            at::empty({0}, query.options())};
   });
 }
 
@@ -157,22 +142,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backw
     const at::Tensor& philox_offset, std::optional<double> scale) {
   static TrackedOp counter("aten::_scaled_dot_product_fused_attention_overrideable_backward", KernelPath::kHot);
   return run_tracked(counter, [&]() -> std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> {
-    DeviceCheck check;
-    for (const at::Tensor* t : {&grad_out, &query, &key, &value, &out, &logsumexp}) {
-      check.add(*t, "aten::scaled_dot_product_attention backward");
-    }
-    HostCall call;
-    call.device = run_here_on(check.device);
-    at::Tensor grad_query, grad_key, grad_value;
-    {
-      AllocationRedirect redirect(call.device);
+    const bool has_mask = attn_bias.defined();
+    TensorBody body = [dropout_p, is_causal, scale, has_mask](const std::vector<at::Tensor>& in) {
       std::optional<at::Tensor> mask;
-      if (attn_bias.defined()) mask = call.to_host(attn_bias);
-      std::tie(grad_query, grad_key, grad_value) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-          call.to_host(grad_out), call.to_host(query), call.to_host(key), call.to_host(value), call.to_host(out),
-          call.to_host(logsumexp), dropout_p, is_causal, mask, scale);
-    }
-    return {call.to_device(grad_query), call.to_device(grad_key), call.to_device(grad_value), at::Tensor()};
+      if (has_mask) mask = in[6];
+      auto [grad_query, grad_key, grad_value] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          in[0], in[1], in[2], in[3], in[4], in[5], dropout_p, is_causal, mask, scale);
+      return std::vector<at::Tensor>{grad_query, grad_key, grad_value};
+    };
+    std::vector<at::Tensor> inputs{grad_out, query, key, value, out, logsumexp};
+    if (has_mask) inputs.push_back(attn_bias);
+    auto results = run_kernel("aten::scaled_dot_product_attention backward", inputs, body);
+    return {results[0], results[1], results[2], at::Tensor()};
   });
 }
 

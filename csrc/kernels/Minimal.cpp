@@ -15,11 +15,12 @@
 #include "../NeuronAllocator.h"
 #include "../NeuronCommon.h"
 #include "ZeroCopy.h"
+#include "runtime/memory.h"
+
+#include <cstring>
 
 namespace torch_neuron {
 namespace {
-
-constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 
 c10::DeviceIndex target_device(std::optional<c10::Device> device) {
   auto& rt = runtime();
@@ -55,14 +56,16 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                                            c10::dtype_or_default(dtype));
 }
 
-bool is_pinned(const at::Tensor& tensor) {
-  return at::detail::getPrivateUse1Hooks().isPinnedPtr(tensor.storage().data());
-}
+// Note [Simulated device memory] in runtime/copy.cpp: the DMA engine is the runtime's copy
+// functions for plain byte copies (they hold the buffers they use); layout or dtype
+// conversion runs the CPU copy kernel on host views (a strided DMA).
+//
+// Asynchronous mode: host -> device copies of up to kStagingBytes are staged through pinned
+// host memory, so the caller's buffer is free at once and nothing waits; larger ones wait.
+constexpr size_t kStagingBytes = 4u << 20;
 
-// A copy between host and device, or within the device. Note [Simulated device
-// memory] in runtime/copy.cpp: the DMA engine is the runtime's copy functions
-// for plain byte copies; layout or dtype conversion runs the CPU copy kernel on
-// host views (a strided DMA).
+size_t byte_offset(const at::Tensor& t) { return size_t(t.storage_offset()) * t.dtype().itemsize(); }
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   // TorchNeuron registers copy_ itself; PyTorch reaches ours through _copy_from.
   static TrackedOp counter("aten::copy_", KernelPath::kHot);
@@ -80,39 +83,73 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
                      self.sizes() == dst.sizes() && self.is_conj() == dst.is_conj() &&
                      self.is_neg() == dst.is_neg();
   const size_t bytes = dst.nbytes();
-  if (from_device && !to_device) {
-    auto& stream = current_stream(self.device().index());
+  const bool queue = asynchronous();
+  if (from_device && !to_device) {  // device -> host
+    const c10::DeviceIndex device = self.device().index();
+    auto source = buffer_ref_of(self.storage());
+    neuron_rt::BufferRef pinned = non_blocking ? pinned_buffer_at(dst.storage().data()) : neuron_rt::BufferRef();
+    if (plain && pinned) {
+      NEURON_RT_CALL(neuron_rt::copy_device_to_host(current_stream(device), dst.data_ptr(), pinned, source,
+                                                    byte_offset(self), bytes, /*blocking=*/false));
+      return dst;
+    }
+    run_here_on(device);  // the sync point: every stream of the core
     if (plain) {
-      NEURON_RT_CALL(neuron_rt::copy_device_to_host(stream, dst.data_ptr(), self.const_data_ptr(), bytes));
+      NEURON_RT_CALL(neuron_rt::copy_device_to_host(current_stream(device), dst.data_ptr(), neuron_rt::BufferRef(),
+                                                    source, byte_offset(self), bytes, /*blocking=*/true));
     } else {
-      NEURON_RT_CALL(stream.synchronize());
-      dst.copy_(host_view(self));
+      HostCall call;
+      call.device = device;
+      dst.copy_(call.to_host(self));
     }
     return dst;
   }
-  if (!from_device && to_device) {
-    auto& stream = current_stream(dst.device().index());
+  if (!from_device && to_device) {  // host -> device
+    const c10::DeviceIndex device = dst.device().index();
+    auto& stream = current_stream(device);
     if (plain) {
-      const bool blocking = !(non_blocking && is_pinned(self));
-      NEURON_RT_CALL(neuron_rt::copy_host_to_device(stream, dst.data_ptr(), self.const_data_ptr(), bytes, blocking));
+      auto target = buffer_ref_of(dst.storage());
+      neuron_rt::BufferRef hold = non_blocking ? pinned_buffer_at(self.storage().data()) : neuron_rt::BufferRef();
+      const void* source = self.const_data_ptr();
+      if (!hold && queue && bytes <= kStagingBytes) {  // stage: the caller's memory is free at once
+        hold = neuron_rt::BufferRef::adopt(NEURON_RT_CALL(neuron_rt::HostMemory::get().allocate(bytes)));
+        std::memcpy(hold->data(), source, bytes);
+        source = hold->data();
+      }
+      const bool blocking = !hold;
+      if (blocking && queue) synchronize_stream(stream);  // the copy then runs at once: the wait is ours
+      NEURON_RT_CALL(neuron_rt::copy_host_to_device(stream, target, byte_offset(dst), source, hold, bytes, blocking));
+      return dst;
+    }
+    HostCall call;
+    call.device = device;
+    at::Tensor target = call.to_host(dst);
+    if (queue) {  // a fresh copy of the source: the caller may change it
+      enqueue_views(call, [target, source = self.clone()]() mutable { target.copy_(source); });
     } else {
-      NEURON_RT_CALL(stream.synchronize());
-      AllocationRedirect redirect(dst.device().index());
-      host_view(dst).copy_(self);
+      AllocationRedirect redirect(device);
+      target.copy_(self);
     }
     return dst;
   }
   // device to device (same core, or another core of the instance)
-  auto& stream = current_stream(dst.device().index());
-  if (self.device().index() != dst.device().index()) {
-    NEURON_RT_CALL(current_stream(self.device().index()).synchronize());
-  }
+  const c10::DeviceIndex device = dst.device().index();
+  if (self.device().index() != device) run_here_on(self.device().index());
   if (plain) {
-    NEURON_RT_CALL(neuron_rt::copy_device_to_device(stream, dst.data_ptr(), self.const_data_ptr(), bytes, !non_blocking));
+    NEURON_RT_CALL(neuron_rt::copy_device_to_device(current_stream(device), buffer_ref_of(dst.storage()),
+                                                    byte_offset(dst), buffer_ref_of(self.storage()),
+                                                    byte_offset(self), bytes, /*blocking=*/false));
+    return dst;
+  }
+  HostCall call;
+  call.device = device;
+  at::Tensor target = call.to_host(dst);
+  at::Tensor source = call.to_host(self);
+  if (queue) {
+    enqueue_views(call, [target, source]() mutable { target.copy_(source); });
   } else {
-    NEURON_RT_CALL(stream.synchronize());
-    AllocationRedirect redirect(dst.device().index());
-    host_view(dst).copy_(host_view(self));
+    AllocationRedirect redirect(device);
+    target.copy_(source);
   }
   return dst;
 }
@@ -185,8 +222,9 @@ at::Tensor& set_empty(at::Tensor& self) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   static TrackedOp counter("aten::_local_scalar_dense", KernelPath::kHot);
   counter.hit();
-  NEURON_RT_CALL(current_stream(self.device().index()).synchronize());
-  return at::native::_local_scalar_dense_cpu(host_view(self));
+  HostCall call;
+  call.device = run_here_on(self.device().index());  // a sync point
+  return at::native::_local_scalar_dense_cpu(call.to_host(self));
 }
 
 at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
@@ -212,6 +250,19 @@ at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64
   static TrackedOp counter("aten::unfold", KernelPath::kHot);
   counter.hit();
   return at::native::unfold(self, dimension, size, step);
+}
+
+// tensor.record_stream(s): Note [Buffers] (the block is reused only after `s` has run the
+// work it had queued when the tensor was freed).
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  static TrackedOp counter("aten::record_stream", KernelPath::kHot);
+  counter.hit();
+  TORCH_CHECK(stream.device_type() == kNeuron, "record_stream: expected a neuron stream, got one on ",
+              stream.device());
+  neuron_rt::Buffer* buffer = buffer_of(self.storage().data_ptr());
+  if (!buffer) return;
+  auto& s = NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id())));
+  NEURON_RT_CALL(buffer->record_stream(s));
 }
 
 // Whether `self.data = from` may swap in `from`'s storage: true between dense
@@ -249,6 +300,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(as_strided));
   m.impl("_reshape_alias", TORCH_FN(reshape_alias));
   m.impl("unfold", TORCH_FN(unfold));
+  m.impl("record_stream", TORCH_FN(record_stream));
 }
 
 }  // namespace

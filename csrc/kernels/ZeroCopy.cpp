@@ -1,21 +1,26 @@
 #include "ZeroCopy.h"
 
 #include <ATen/core/List.h>
+#include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
 
-#include "../NeuronAllocator.h"
+#include "../HostWait.h"
 #include "../NeuronCommon.h"
 #include "../NeuronGenerator.h"
 
 namespace torch_neuron {
+
+// ---- tensors over storages ------------------------------------------------------------------
 
 at::Tensor tensor_over(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
   auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key),
@@ -30,8 +35,8 @@ at::Tensor host_view(const at::Tensor& tensor) {
   auto* storage = tensor.storage().unsafeGetStorageImpl();
   c10::Storage view_storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), storage->nbytes(),
-      c10::DataPtr(storage->mutable_data(), c10::Device(c10::DeviceType::CPU)),
-      redirecting_cpu_allocator(), /*resizable=*/true));
+      c10::DataPtr(storage->mutable_data(), c10::Device(c10::DeviceType::CPU)), redirecting_cpu_allocator(),
+      /*resizable=*/true));
   return tensor_over(std::move(view_storage), c10::DispatchKey::CPU, tensor);
 }
 
@@ -40,43 +45,41 @@ at::Tensor wrap_storage(c10::Storage storage, const at::Tensor& like) {
 }
 
 namespace {
-c10::Storage adopt_storage(c10::StorageImpl* cpu_storage, c10::DeviceIndex device) {
-  c10::DataPtr data = cpu_storage->set_data_ptr(
-      c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
-  data.unsafe_set_device(c10::Device(kNeuron, device));
-  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), cpu_storage->nbytes(), std::move(data),
-      neuron_allocator(), /*resizable=*/true));
+c10::Storage neuron_storage(neuron_rt::BufferRef buffer, size_t nbytes) {
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                            device_data_ptr(std::move(buffer)), neuron_allocator(),
+                                                            /*resizable=*/true));
 }
 
-c10::Storage copy_storage_to_device(c10::StorageImpl* cpu_storage, c10::DeviceIndex device) {
-  c10::DeviceGuard guard(c10::Device(kNeuron, device));
-  c10::DataPtr data = neuron_allocator()->allocate(cpu_storage->nbytes());
-  if (cpu_storage->nbytes() && !cpu_storage->data()) {  // a storage without memory (e.g. of a zero tensor)
-    auto& stream = current_stream(device);
-    NEURON_RT_CALL(stream.synchronize());
-    std::memset(data.get(), 0, cpu_storage->nbytes());
-  } else if (cpu_storage->nbytes()) {
-    NEURON_RT_CALL(neuron_rt::copy_host_to_device(current_stream(device), data.get(),
-                                                  cpu_storage->data(), cpu_storage->nbytes(), true));
-  }
-  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), cpu_storage->nbytes(), std::move(data),
-      neuron_allocator(), /*resizable=*/true));
+neuron_rt::BufferRef allocate_buffer(c10::DeviceIndex device, size_t bytes) {
+  return neuron_rt::BufferRef::adopt(NEURON_RT_CALL(runtime().memory(device).allocate(bytes)));
 }
-
 }  // namespace
 
-c10::Storage device_storage_for(c10::StorageImpl* cpu_storage, c10::DeviceIndex device) {
-  if (is_redirected_allocation(cpu_storage->data_ptr()) || cpu_storage->nbytes() == 0) {
-    return adopt_storage(cpu_storage, device);
+c10::Storage device_storage_for(const c10::Storage& cpu_storage, c10::DeviceIndex device) {
+  auto* impl = cpu_storage.unsafeGetStorageImpl();
+  const size_t nbytes = impl->nbytes();
+  c10::DataPtr data = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+  if (neuron_rt::BufferRef buffer = take_redirected(data)) return neuron_storage(std::move(buffer), nbytes);
+  impl->set_data_ptr_noswap(std::move(data));  // not device memory: copied below
+  neuron_rt::BufferRef buffer = allocate_buffer(device, nbytes);
+  if (nbytes && !impl->data()) {  // a storage without memory (e.g. of a zero tensor)
+    auto& stream = current_stream(device);
+    NEURON_RT_CALL(stream.enqueue([buffer, nbytes] {
+      neuron_rt::GuardScope scope;
+      scope.add(buffer.get());
+      std::memset(buffer->data(), 0, nbytes);
+    }));
+  } else if (nbytes) {
+    NEURON_RT_CALL(neuron_rt::copy_host_to_device(current_stream(device), buffer, 0, impl->data(),
+                                                  neuron_rt::BufferRef(), nbytes, /*blocking=*/true));
   }
-  return copy_storage_to_device(cpu_storage, device);
+  return neuron_storage(std::move(buffer), nbytes);
 }
 
 at::Tensor adopt_output(const at::Tensor& cpu, c10::DeviceIndex device) {
   if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
-  return wrap_storage(device_storage_for(cpu.storage().unsafeGetStorageImpl(), device), cpu);
+  return wrap_storage(device_storage_for(cpu.storage(), device), cpu);
 }
 
 void DeviceCheck::add(const at::Tensor& tensor, const char* op_name, bool allow_cpu) {
@@ -102,48 +105,170 @@ void DeviceCheck::add(const at::Tensor& tensor, const char* op_name, bool allow_
               " tensor to the neuron device with .to('neuron')");
 }
 
+bool asynchronous() { return !runtime().launch_blocking(); }
+
 c10::DeviceIndex run_here_on(c10::DeviceIndex device) {
   auto& rt = runtime();
   if (device < 0) device = c10::DeviceIndex(rt.current_device());
   NEURON_RT_CALL(rt.check_device(device));
-  if (!rt.launch_blocking()) NEURON_RT_CALL(current_stream(device).synchronize());
+  if (!rt.launch_blocking()) without_gil([&] { NEURON_RT_CALL(rt.synchronize(device)); });
   return device;
 }
 
-// ---- the boxed zero-copy path ---------------------------------------------------------------
+// ---- HostCall --------------------------------------------------------------------------------
+
+at::Tensor HostCall::to_host(const at::Tensor& tensor) {
+  if (!tensor.defined() || tensor.device().type() != kNeuron) return tensor;
+  for (auto& entry : views) {
+    if (entry.second.unsafeGetStorageImpl() == tensor.storage().unsafeGetStorageImpl()) {
+      return tensor_over(entry.first, c10::DispatchKey::CPU, tensor);  // one view storage per device storage
+    }
+  }
+  at::Tensor view = host_view(tensor);
+  views.emplace_back(view.storage(), tensor.storage());
+  guard.add(buffer_of(tensor.storage().data_ptr()));
+  return view;
+}
 
 namespace {
-std::atomic<bool> g_64bit_as_32bit{[] {
-  const char* setting = std::getenv("NEURON_SIM_NATIVE_64BIT");
-  return !(setting && std::string(setting) == "1");
-}()};
+// A CPU kernel that resized an out= argument gave its view storage new memory (from the
+// redirect, so in device memory): move it into the device storage.
+void sync_resized(std::pair<c10::Storage, c10::Storage>& entry, c10::DeviceIndex device) {
+  auto* view_storage = entry.first.unsafeGetStorageImpl();
+  auto* device_storage = entry.second.unsafeGetStorageImpl();
+  if (view_storage->data() == device_storage->data() && view_storage->nbytes() == device_storage->nbytes()) {
+    return;
+  }
+  c10::DataPtr data = view_storage->set_data_ptr(
+      c10::DataPtr(view_storage->mutable_data(), c10::Device(c10::DeviceType::CPU)));  // the view keeps a borrowed pointer
+  neuron_rt::BufferRef buffer = take_redirected(data);
+  if (!buffer) {  // not device memory (cannot happen under a redirect): copy it in
+    buffer = allocate_buffer(device, view_storage->nbytes());
+    neuron_rt::GuardScope scope;
+    scope.add(buffer.get());
+    std::memcpy(buffer->data(), view_storage->data(), view_storage->nbytes());
+  }
+  device_storage->set_data_ptr_noswap(device_data_ptr(std::move(buffer)));
+  device_storage->set_nbytes(view_storage->nbytes());
+}
 }  // namespace
 
-bool compute_64bit_as_32bit() { return g_64bit_as_32bit.load(std::memory_order_relaxed); }
-void set_compute_64bit_as_32bit(bool value) { g_64bit_as_32bit.store(value); }
+at::Tensor HostCall::to_device(const at::Tensor& cpu) {
+  if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
+  auto* storage = cpu.storage().unsafeGetStorageImpl();
+  for (auto& entry : views) {
+    if (entry.first.unsafeGetStorageImpl() == storage) {
+      sync_resized(entry, device);
+      return wrap_storage(entry.second, cpu);
+    }
+  }
+  for (auto& entry : adopted) {
+    if (entry.first.unsafeGetStorageImpl() == storage) return wrap_storage(entry.second, cpu);
+  }
+  adopted.emplace_back(cpu.storage(), device_storage_for(cpu.storage(), device));
+  return wrap_storage(adopted.back().second, cpu);
+}
+
+void HostCall::sync_argument(const at::Tensor& original, const at::Tensor& view) {
+  if (!original.defined() || original.device().type() != kNeuron) return;
+  for (auto& entry : views) {
+    if (entry.second.unsafeGetStorageImpl() == original.storage().unsafeGetStorageImpl()) {
+      sync_resized(entry, device);
+      break;
+    }
+  }
+  auto* impl = original.unsafeGetTensorImpl();
+  if (impl->sizes() != view.sizes() || impl->strides() != view.strides() ||
+      impl->storage_offset() != view.storage_offset()) {
+    impl->set_sizes_and_strides(view.sizes(), view.strides(), view.storage_offset());
+  }
+}
+
+// ---- what the boxed path knows of an op ------------------------------------------------------
 
 namespace {
 
-// What the boxed path needs to know of an op, computed once per schema.
-struct OpPlan {
-  std::string name;
-  std::vector<bool> is_generator;  // per argument: Generator? type
-  std::vector<int> write_alias_of; // per return: argument it writes and returns, or -1
-  std::vector<bool> is_index;      // per argument: an index/target tensor (kept 64-bit)
-  std::vector<bool> is_written;    // per argument: written by the op (in-place, out=)
-  bool allow_cpu_tensors = false;  // indices of index ops may live on the CPU
-  bool narrow_64bit = true;        // Note [64-bit as 32-bit] applies
-  int dtype_argument = -1;         // `dtype` / `out_int32` argument: outputs typed on request
+struct TensorMeta {
+  bool defined = false;
+  std::vector<int64_t> sizes, strides;
+  at::ScalarType dtype = at::kFloat;
 };
 
-bool is_index_argument(const std::string& name) {
-  static const char* names[] = {"index", "indices", "target", "offsets", "indices_or_sections",
-                                "boundaries", "sorted_sequence", "repeats", "lengths", "batch_sizes",
-                                "sorter", "tensor_indices_or_sections", "split_sizes"};
-  for (const char* candidate : names) {
-    if (name == candidate) return true;
+// The outcome of running an op on meta tensors, for one argument signature.
+struct MetaEntry {
+  bool queueable = false;                      // false: run inline
+  std::vector<std::vector<TensorMeta>> outputs;  // per non-aliased return (a list for Tensor[])
+  std::vector<bool> output_is_list;
+  std::vector<int64_t> dtype_key;              // the signature without sizes and strides
+};
+
+struct SignatureHash {
+  size_t operator()(const std::vector<int64_t>& key) const {
+    size_t h = key.size();
+    for (int64_t v : key) h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h;
+  }
+};
+
+struct OpPlan {
+  std::string name;
+  bool aten = true;                // in the aten namespace: under the redirect, may be queued
+  bool view = false;               // returns an alias it does not write
+  bool tensor_returns = true;      // every return is a Tensor or a Tensor[]
+  bool on_device = true;           // TorchNeuron runs it on the device (else: on the CPU, in 64 bits)
+  bool allow_cpu_tensors = false;  // indices of index ops may live on the CPU
+  std::vector<bool> is_generator;  // per argument: Generator? type
+  std::vector<bool> is_written;    // per argument: written by the op (in-place, out=)
+  std::vector<int> write_alias_of; // per return: argument it writes and returns, or -1
+  const Narrowing* narrowing = nullptr;
+  std::optional<c10::OperatorHandle> out_variant;  // a functional op's .out overload
+  mutable std::shared_mutex meta_mutex;
+  mutable std::unordered_map<std::vector<int64_t>, std::shared_ptr<const MetaEntry>, SignatureHash> meta;
+  // Per dtype signature: whether the meta kernel's outputs matched the CPU kernel's
+  // (dtypes, sizes, strides) the first time. Meta and CPU kernels are separate code for
+  // some ops; a call is queued only once its meta outputs were seen to match.
+  mutable std::unordered_map<std::vector<int64_t>, bool, SignatureHash> verified;
+};
+
+bool is_tensor_type(const c10::TypePtr& type) {
+  c10::TypePtr element = type;
+  if (auto optional = element->cast<c10::OptionalType>()) element = optional->getElementType();
+  if (element->kind() == c10::TypeKind::TensorType) return true;
+  if (auto list = element->cast<c10::ListType>()) {
+    c10::TypePtr inner = list->getElementType();
+    if (auto optional = inner->cast<c10::OptionalType>()) inner = optional->getElementType();
+    return inner->kind() == c10::TypeKind::TensorType;
   }
   return false;
+}
+
+// The .out overload of a functional op: the same arguments, then one written tensor per return.
+std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& schema) {
+  const auto& name = schema.operator_name();
+  std::vector<std::string> candidates;
+  if (name.overload_name.empty()) {
+    candidates = {"out"};
+  } else {
+    candidates = {name.overload_name + "_out", "out"};
+  }
+  for (const auto& overload : candidates) {
+    auto op = c10::Dispatcher::singleton().findSchema({name.name, overload});
+    if (!op) continue;
+    const auto& out = op->schema();
+    const auto& args = schema.arguments();
+    const size_t outs = schema.returns().size();
+    if (out.arguments().size() != args.size() + outs) continue;
+    bool same = true;
+    for (size_t i = 0; i < args.size() && same; ++i) {
+      same = out.arguments()[i].name() == args[i].name() && *out.arguments()[i].type() == *args[i].type();
+    }
+    for (size_t i = args.size(); i < out.arguments().size() && same; ++i) {
+      const auto* info = out.arguments()[i].alias_info();
+      same = info && info->isWrite() && out.arguments()[i].type()->kind() == c10::TypeKind::TensorType;
+    }
+    if (same) return op;
+  }
+  return std::nullopt;
 }
 
 const OpPlan& plan_for(const c10::OperatorHandle& op) {
@@ -158,22 +283,17 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   auto plan = std::make_unique<OpPlan>();
   const auto& name = op.operator_name();
   plan->name = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  plan->aten = name.name.rfind("aten::", 0) == 0;
+  plan->on_device = tracked_op(op).on_device();
+  plan->narrowing = &narrowing_for(*schema);
   const auto& arguments = schema->arguments();
+  bool writes = false;
   for (const auto& argument : arguments) {
     auto type = argument.real_type();
     if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
     plan->is_generator.push_back(type->kind() == c10::TypeKind::GeneratorType);
-    plan->is_index.push_back(is_index_argument(argument.name()));
     plan->is_written.push_back(argument.alias_info() && argument.alias_info()->isWrite());
-    if (argument.name() == "dtype" || argument.name() == "out_int32") {
-      plan->dtype_argument = int(plan->is_written.size()) - 1;
-    }
-  }
-  // Integer sequences and random integers are generated exactly (sizes and ranges
-  // depend on the dtype), as the device's runtime does for them.
-  for (const char* prefix : {"aten::arange", "aten::range", "aten::randperm", "aten::random_",
-                             "aten::randint"}) {
-    if (name.name.rfind(prefix, 0) == 0) plan->narrow_64bit = false;
+    writes = writes || plan->is_written.back();
   }
   for (const auto& ret : schema->returns()) {
     int index = -1;
@@ -185,11 +305,16 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
           break;
         }
       }
+    } else if (ret.alias_info()) {
+      plan->view = true;
     }
     plan->write_alias_of.push_back(index);
+    plan->tensor_returns = plan->tensor_returns && is_tensor_type(ret.type());
   }
-  plan->allow_cpu_tensors = name.name.rfind("aten::index", 0) == 0 ||
-                            name.name == "aten::_index_put_impl_";
+  plan->allow_cpu_tensors = name.name.rfind("aten::index", 0) == 0 || name.name == "aten::_index_put_impl_";
+  if (!writes && !plan->view && plan->tensor_returns && !schema->returns().empty()) {
+    plan->out_variant = find_out_variant(*schema);
+  }
   std::unique_lock<std::shared_mutex> lock(mutex);
   auto& slot = (*plans)[schema];
   if (!slot) slot = std::move(plan);
@@ -221,34 +346,139 @@ bool list_has_tensors(const c10::IValue& value) {
   return type->kind() == c10::TypeKind::TensorType;
 }
 
-}  // namespace
-
-void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const OpPlan& plan = plan_for(op);
-  const size_t num_arguments = op.schema().arguments().size();
-  const size_t begin = stack->size() - num_arguments;
-
-  DeviceCheck check;
-  for (size_t i = 0; i < num_arguments; ++i) {
-    const c10::IValue& value = (*stack)[begin + i];
-    if (value.isTensor()) {
-      check.add(value.toTensor(), plan.name.c_str(), plan.allow_cpu_tensors);
-    } else if (list_has_tensors(value)) {
-      for (const c10::IValue& element : value.toListRef()) {
-        if (element.isTensor()) check.add(element.toTensor(), plan.name.c_str(), plan.allow_cpu_tensors);
-      }
-    } else if (value.isDevice() && value.toDevice().type() == kNeuron && check.device < 0) {
-      check.device = value.toDevice().has_index() ? value.toDevice().index()
-                                                  : c10::DeviceIndex(runtime().current_device());
+template <typename Fn>
+void for_each_tensor(const c10::IValue& value, Fn fn) {
+  if (value.isTensor()) {
+    fn(value.toTensor());
+  } else if (list_has_tensors(value)) {
+    for (const c10::IValue& element : value.toListRef()) {
+      if (element.isTensor()) fn(element.toTensor());
     }
   }
-  const c10::DeviceIndex device = run_here_on(check.device);
+}
 
+// ---- running the CPU kernel on host views ----------------------------------------------------
+
+// Runs `op` on host arguments (neuron tensors replaced by host views) with Note [64-bit as
+// 32-bit]; the call's device is `device` (the redirect is the caller's). Returns the CPU
+// results. When `outputs` is given (queued functional ops), the results are written into
+// those host views of the preallocated outputs instead.
+torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack args,
+                                 const std::vector<at::Tensor>& outputs, c10::DeviceIndex device) {
+  const size_t num_arguments = args.size();
+  const Narrowing& rule = *plan.narrowing;
+  bool narrowed_float = false, narrowed_int = false;
+  torch::jit::Stack wide;  // the arguments before narrowing, when narrowed
+  if (plan.aten && plan.on_device && !rule.exact && compute_64bit_as_32bit() &&
+      scalars_fit_32bit(args.data(), num_arguments)) {
+    auto narrow = [&](const at::Tensor& t) -> at::Tensor {
+      if (!t.defined() || !is_64bit(t.scalar_type()) || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
+      (t.scalar_type() == at::kDouble ? narrowed_float : narrowed_int) = true;
+      return t.to(narrow_64bit(t.scalar_type()));
+    };
+    for (size_t i = 0; i < num_arguments; ++i) {
+      if (!rule.value_argument[i]) continue;
+      c10::IValue& value = args[i];
+      if (value.isTensor()) {
+        at::Tensor narrowed = narrow(value.toTensor());
+        if (narrowed.is_same(value.toTensor())) continue;
+        if (wide.empty()) wide = args;
+        value = std::move(narrowed);
+      } else if (list_has_tensors(value)) {
+        c10::IValue narrowed = list_map(value, narrow);
+        if (wide.empty()) wide = args;
+        value = std::move(narrowed);
+      }
+    }
+  }
+  // Functional op queued with preallocated outputs, nothing narrowed: its out= variant
+  // writes them directly.
+  const bool all_defined =
+      std::all_of(outputs.begin(), outputs.end(), [](const at::Tensor& t) { return t.defined(); });
+  if (!outputs.empty() && wide.empty() && plan.out_variant && all_defined) {
+    torch::jit::Stack stack = std::move(args);
+    for (const at::Tensor& out : outputs) stack.emplace_back(out);
+    plan.out_variant->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+    return {};
+  }
+  // What each written (in-place / out=) argument was given: its host view, or its narrowed copy.
+  std::vector<std::pair<size_t, at::Tensor>> written;
+  for (size_t i = 0; i < num_arguments; ++i) {
+    if (plan.is_written[i] && args[i].isTensor()) written.emplace_back(i, args[i].toTensor());
+  }
+  torch::jit::Stack stack = args;
+  if (wide.empty()) {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+  } else {
+    try {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+    } catch (const c10::OutOfMemoryError&) {
+      throw;
+    } catch (const c10::Error&) {
+      // the 32-bit form is refused: compute in 64 bits (nothing was written yet: written
+      // arguments are narrowed copies)
+      stack = wide;
+      wide.clear();
+      narrowed_float = narrowed_int = false;
+      for (auto& entry : written) entry.second = stack[entry.first].toTensor();
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+    }
+  }
+  // Written arguments given narrowed copies: copy the results back into the 64-bit views.
+  for (auto& [index, given] : written) {
+    if (wide.empty()) break;
+    const c10::IValue& original = wide[index];
+    if (original.isTensor() && !original.toTensor().is_same(given)) {
+      at::Tensor target = original.toTensor();
+      if (target.sizes() != given.sizes()) target.resize_(given.sizes());
+      target.copy_(given);
+    }
+  }
+  const bool requested = typed_on_request(rule, wide.empty() ? args.data() : wide.data(), num_arguments);
+  auto widen = [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || requested) return t;
+    if ((narrowed_float && t.scalar_type() == at::kFloat) || (narrowed_int && t.scalar_type() == at::kInt)) {
+      return t.to(widen_32bit(t.scalar_type()));
+    }
+    return t;
+  };
+  // Results: written arguments come back as the wide views; fresh results are widened.
+  for (size_t r = 0; r < stack.size(); ++r) {
+    const int argument = plan.write_alias_of[r];
+    if (argument >= 0 && stack[r].isTensor()) {
+      stack[r] = wide.empty() ? args[argument] : wide[argument];
+    } else if (stack[r].isTensor()) {
+      stack[r] = widen(stack[r].toTensor());
+    } else if (list_has_tensors(stack[r])) {
+      stack[r] = list_map(stack[r], widen);
+    }
+  }
+  if (!outputs.empty()) {  // queued functional op: into the preallocated outputs
+    size_t next = 0;
+    for (size_t r = 0; r < stack.size(); ++r) {
+      if (plan.write_alias_of[r] >= 0) continue;
+      for_each_tensor(stack[r], [&](const at::Tensor& result) {
+        const at::Tensor& out = outputs.at(next++);
+        if (out.defined() && result.defined()) out.copy_(result);
+      });
+    }
+    return {};
+  }
+  return stack;
+}
+
+// ---- inline: on the calling thread ----------------------------------------------------------
+
+void run_inline(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin,
+                c10::DeviceIndex device, bool drain) {
+  if (drain) device = run_here_on(device);
+  const size_t num_arguments = stack->size() - begin;
   HostCall call;
   call.device = device;
-  std::vector<c10::IValue> originals(stack->begin() + begin, stack->end());
+  torch::jit::Stack originals(stack->begin() + begin, stack->end());
+  torch::jit::Stack args(stack->begin() + begin, stack->end());
   for (size_t i = 0; i < num_arguments; ++i) {
-    c10::IValue& value = (*stack)[begin + i];
+    c10::IValue& value = args[i];
     if (value.isTensor()) {
       value = call.to_host(value.toTensor());
     } else if (list_has_tensors(value)) {
@@ -259,116 +489,416 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       value = c10::Device(c10::DeviceType::CPU);
     }
   }
-  // Note [64-bit as 32-bit]: narrow 64-bit value arguments. When the 32-bit attempt
-  // raises (e.g. a kernel that insists on int64 outputs), the op runs again in 64
-  // bits: nothing was written yet, as written arguments are narrowed copies.
-  bool narrowed_float = false, narrowed_int = false;
-  std::vector<c10::IValue> host_arguments;  // the arguments before narrowing, when narrowed
-  // An integer scalar beyond the int32 range (e.g. iinfo(int64).min as a fill value, as
-  // a Python number or a one-element tensor) would wrap; such an op runs in 64 bits.
-  bool scalars_fit = true;
-  for (size_t i = 0; i < num_arguments && scalars_fit; ++i) {
-    const c10::IValue& value = (*stack)[begin + i];
-    int64_t v = 0;
-    if (value.isInt()) {
-      v = value.toInt();
-    } else if (value.isScalar() && value.toScalar().isIntegral(false)) {
-      v = value.toScalar().toLong();
-    } else if (value.isTensor() && value.toTensor().defined() && value.toTensor().numel() == 1 &&
-               value.toTensor().scalar_type() == at::kLong) {
-      v = *static_cast<const int64_t*>(value.toTensor().const_data_ptr());
-    }
-    scalars_fit = v >= INT32_MIN && v <= INT32_MAX;
-  }
-  if (compute_64bit_as_32bit() && plan.narrow_64bit && scalars_fit) {
-    auto narrow = [&](const at::Tensor& t) -> at::Tensor {
-      if (!t.defined() || !is_64bit(t.scalar_type()) || t.unsafeGetTensorImpl()->is_wrapped_number()) {
-        return t;
-      }
-      (t.scalar_type() == at::kDouble ? narrowed_float : narrowed_int) = true;
-      AllocationRedirect redirect(device);
-      return t.to(narrow_64bit(t.scalar_type()));
-    };
-    for (size_t i = 0; i < num_arguments; ++i) {
-      if (plan.is_index[i]) continue;
-      c10::IValue& value = (*stack)[begin + i];
-      if (value.isTensor()) {
-        at::Tensor narrowed = narrow(value.toTensor());
-        if (narrowed.is_same(value.toTensor())) continue;
-        if (host_arguments.empty()) host_arguments.assign(stack->begin() + begin, stack->end());
-        value = std::move(narrowed);
-      } else if (list_has_tensors(value)) {
-        c10::IValue narrowed = list_map(value, narrow);
-        if (host_arguments.empty()) host_arguments.assign(stack->begin() + begin, stack->end());
-        value = std::move(narrowed);
-      }
-    }
-  }
-  // What each written (in-place / out=) argument was given: its host view, or its
-  // narrowed copy; results are taken from here, also for ops that return nothing.
-  std::vector<std::pair<int, at::Tensor>> written;
-  for (size_t i = 0; i < num_arguments; ++i) {
-    if (plan.is_written[i] && (*stack)[begin + i].isTensor()) written.emplace_back(int(i), (*stack)[begin + i].toTensor());
-  }
+  const torch::jit::Stack host_args = args;
+  torch::jit::Stack results;
   {
     c10::DeviceGuard guard(c10::Device(kNeuron, device));
-    AllocationRedirect redirect(device);
-    if (host_arguments.empty()) {
-      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-    } else {
-      try {
-        op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-      } catch (const c10::OutOfMemoryError&) {
-        throw;
-      } catch (const c10::Error&) {
-        stack->resize(begin);
-        stack->insert(stack->end(), host_arguments.begin(), host_arguments.end());
-        host_arguments.clear();
-        narrowed_float = narrowed_int = false;
-        for (auto& entry : written) entry.second = (*stack)[begin + entry.first].toTensor();
-        op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-      }
+    // Only aten kernels allocate from the device: a custom op's code may keep what it
+    // allocates (its outputs are copied to the device below).
+    std::optional<AllocationRedirect> redirect;
+    if (plan.aten) redirect.emplace(device);
+    results = launch_on_host(plan, op, std::move(args), {}, device);
+  }
+  // Written arguments: give the device tensors the metadata the kernel set on their views.
+  for (size_t i = 0; i < num_arguments; ++i) {
+    if (plan.is_written[i] && originals[i].isTensor()) {
+      call.sync_argument(originals[i].toTensor(), host_args[i].toTensor());
     }
   }
-  // Written arguments: copy narrowed results back into the 64-bit host view, then
-  // give the device tensor the metadata the kernel set (a resize of an out=).
-  for (auto& [index, given] : written) {
-    at::Tensor target = given;
-    if (!host_arguments.empty()) {
-      const c10::IValue& wide = host_arguments[index];
-      if (wide.isTensor() && !wide.toTensor().is_same(given)) {
-        target = wide.toTensor();
-        AllocationRedirect redirect(device);
-        if (target.sizes() != given.sizes()) target.resize_(given.sizes());
-        target.copy_(given);
-      }
-    }
-    call.sync_argument(originals[index].toTensor(), target);
-  }
-  const bool typed_on_request =
-      plan.dtype_argument >= 0 && !originals[plan.dtype_argument].isNone() &&
-      !(originals[plan.dtype_argument].isBool() && !originals[plan.dtype_argument].toBool());
-  auto widen = [&](const at::Tensor& t) -> at::Tensor {
-    if (!t.defined() || typed_on_request) return t;
-    if ((narrowed_float && t.scalar_type() == at::kFloat) || (narrowed_int && t.scalar_type() == at::kInt)) {
-      AllocationRedirect redirect(device);
-      return t.to(t.scalar_type() == at::kFloat ? at::kDouble : at::kLong);
-    }
-    return t;
-  };
-  const size_t num_returns = op.schema().returns().size();
-  const size_t out_begin = stack->size() - num_returns;
-  for (size_t r = 0; r < num_returns; ++r) {
-    c10::IValue& value = (*stack)[out_begin + r];
+  for (size_t r = 0; r < results.size(); ++r) {
+    c10::IValue& value = results[r];
     const int argument = plan.write_alias_of[r];
     if (argument >= 0 && value.isTensor()) {
       value = originals[argument];
     } else if (value.isTensor()) {
-      value = call.to_device(widen(value.toTensor()));
+      value = call.to_device(value.toTensor());
     } else if (list_has_tensors(value)) {
-      value = list_map(value, [&](const at::Tensor& t) { return call.to_device(widen(t)); });
+      value = list_map(value, [&](const at::Tensor& t) { return call.to_device(t); });
     }
   }
+  stack->resize(begin);
+  stack->insert(stack->end(), results.begin(), results.end());
+}
+
+// ---- queued: Note [Asynchronous kernels] ----------------------------------------------------
+
+// The signature of a call's arguments for the meta cache; false when an argument has no
+// signature (the call then runs inline).
+bool signature_of(const c10::IValue* arguments, size_t count, std::vector<int64_t>& key,
+                  std::vector<int64_t>& dtype_key) {
+  auto tensor = [&](const at::Tensor& t) {
+    const size_t start = key.size();
+    key.push_back(t.defined() ? 1 : 0);
+    if (t.defined()) {
+      key.push_back(int64_t(t.device().type()));
+      key.push_back(int64_t(t.scalar_type()));
+      key.push_back(t.unsafeGetTensorImpl()->is_wrapped_number());
+      key.push_back(t.is_conj() | (t.is_neg() << 1));
+    }
+    dtype_key.insert(dtype_key.end(), key.begin() + start, key.end());
+    if (!t.defined()) return;
+    key.push_back(t.dim());
+    for (int64_t s : t.sizes()) key.push_back(s);
+    for (int64_t s : t.strides()) key.push_back(s);
+  };
+  auto bits = [](double d) {
+    int64_t b;
+    std::memcpy(&b, &d, sizeof(b));
+    return b;
+  };
+  std::function<bool(const c10::IValue&)> value = [&](const c10::IValue& v) -> bool {
+    if (v.isTensor()) {
+      key.push_back(1);
+      dtype_key.push_back(1);
+      tensor(v.toTensor());
+      return true;
+    }
+    const size_t start = key.size();
+    struct Mirror {  // what a non-tensor value adds goes into both keys
+      std::vector<int64_t>& key;
+      std::vector<int64_t>& dtype_key;
+      size_t start;
+      ~Mirror() { dtype_key.insert(dtype_key.end(), key.begin() + start, key.end()); }
+    };
+    if (v.isList()) {  // elements mirror themselves
+      auto list = v.toListRef();
+      key.push_back(11);
+      key.push_back(int64_t(list.size()));
+      dtype_key.push_back(11);
+      dtype_key.push_back(int64_t(list.size()));
+      for (const c10::IValue& element : list) {
+        if (!value(element)) return false;
+      }
+      return true;
+    }
+    Mirror mirror{key, dtype_key, start};
+    if (v.isNone()) {
+      key.push_back(2);
+    } else if (v.isInt()) {
+      key.push_back(3);
+      key.push_back(v.toInt());
+    } else if (v.isDouble()) {
+      key.push_back(4);
+      key.push_back(bits(v.toDouble()));
+    } else if (v.isBool()) {
+      key.push_back(v.toBool() ? 6 : 5);
+    } else if (v.isScalar()) {
+      const at::Scalar s = v.toScalar();
+      if (s.isComplex()) return false;
+      key.push_back(7);
+      key.push_back(int64_t(s.type()));
+      key.push_back(s.isFloatingPoint() ? bits(s.toDouble()) : s.toLong());
+    } else if (v.isString()) {
+      key.push_back(8);
+      key.push_back(int64_t(std::hash<std::string>()(v.toStringRef())));
+    } else if (v.isDevice()) {
+      key.push_back(9);
+      key.push_back(int64_t(v.toDevice().type()));
+    } else if (v.isGenerator()) {
+      key.push_back(10);
+    } else {
+      return false;
+    }
+    return true;
+  };
+  for (size_t i = 0; i < count; ++i) {
+    if (!value(arguments[i])) return false;
+  }
+  return true;
+}
+
+TensorMeta meta_of(const at::Tensor& t) {
+  TensorMeta meta;
+  if (!t.defined()) return meta;
+  meta.defined = true;
+  meta.sizes = t.sizes().vec();
+  meta.strides = t.strides().vec();
+  meta.dtype = t.scalar_type();
+  return meta;
+}
+
+MetaEntry compute_meta(const OpPlan& plan, const c10::OperatorHandle& op, const c10::IValue* arguments,
+                       size_t count) {
+  MetaEntry entry;
+  auto to_meta = [](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined()) return t;
+    if (t.device().type() == c10::DeviceType::CPU && t.dim() == 0) return t;  // CPU scalars stay
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::DeviceType::Meta));
+  };
+  torch::jit::Stack stack;
+  for (size_t i = 0; i < count; ++i) {
+    const c10::IValue& value = arguments[i];
+    if (value.isTensor()) {
+      stack.emplace_back(to_meta(value.toTensor()));
+    } else if (list_has_tensors(value)) {
+      stack.emplace_back(list_map(value, to_meta));
+    } else if (plan.is_generator[i]) {
+      stack.emplace_back();
+    } else if (value.isDevice() && value.toDevice().type() == kNeuron) {
+      stack.emplace_back(c10::Device(c10::DeviceType::Meta));
+    } else {
+      stack.push_back(value);
+    }
+  }
+  const torch::jit::Stack written_before = stack;
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
+  } catch (const std::exception&) {
+    return entry;  // no meta kernel, data-dependent outputs, or an error the CPU kernel will give
+  }
+  for (size_t i = 0; i < count; ++i) {  // an out= the kernel resizes: inline
+    if (!plan.is_written[i] || !written_before[i].isTensor()) continue;
+    const at::Tensor& t = written_before[i].toTensor();
+    const at::Tensor& original = arguments[i].toTensor();
+    if (t.sizes() != original.sizes() || t.strides() != original.strides()) return entry;
+  }
+  for (size_t r = 0; r < stack.size(); ++r) {
+    if (plan.write_alias_of[r] >= 0) continue;
+    if (stack[r].isTensor()) {
+      entry.outputs.push_back({meta_of(stack[r].toTensor())});
+      entry.output_is_list.push_back(false);
+    } else if (stack[r].isTensorList()) {
+      std::vector<TensorMeta> list;
+      for (const at::Tensor& t : stack[r].toTensorList()) list.push_back(meta_of(t));
+      entry.outputs.push_back(std::move(list));
+      entry.output_is_list.push_back(true);
+    } else {
+      return entry;
+    }
+  }
+  entry.queueable = true;
+  return entry;
+}
+
+std::shared_ptr<const MetaEntry> meta_for(const OpPlan& plan, const c10::OperatorHandle& op,
+                                          const c10::IValue* arguments, size_t count) {
+  thread_local std::vector<int64_t> key, dtype_key;
+  key.clear();
+  dtype_key.clear();
+  if (!signature_of(arguments, count, key, dtype_key)) return nullptr;
+  {
+    std::shared_lock<std::shared_mutex> lock(plan.meta_mutex);
+    auto it = plan.meta.find(key);
+    if (it != plan.meta.end()) return it->second;
+  }
+  auto entry = std::make_shared<MetaEntry>(compute_meta(plan, op, arguments, count));
+  entry->dtype_key = dtype_key;
+  std::unique_lock<std::shared_mutex> lock(plan.meta_mutex);
+  if (plan.meta.size() >= 512) plan.meta.clear();  // shapes that keep changing: start over
+  return plan.meta.emplace(key, std::move(entry)).first->second;
+}
+
+bool uses_cpu_generator(const OpPlan& plan, const c10::IValue* arguments, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    if (plan.is_generator[i] && !arguments[i].isNone() && arguments[i].toGenerator().device().type() != kNeuron) {
+      return true;  // drawn from in the CPU's order, on the calling thread
+    }
+  }
+  return false;
+}
+
+// True when the results of an inline run (on the stack from `begin`) are what `meta` said.
+bool matches_meta(const OpPlan& plan, const MetaEntry& meta, const torch::jit::Stack& stack, size_t begin) {
+  size_t m = 0;
+  for (size_t r = 0; r < plan.write_alias_of.size(); ++r) {
+    if (plan.write_alias_of[r] >= 0) continue;
+    const c10::IValue& value = stack[begin + r];
+    std::vector<at::Tensor> results;
+    if (value.isTensor()) {
+      results.push_back(value.toTensor());
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorList()) results.push_back(t);
+    } else {
+      return false;
+    }
+    const auto& expected = meta.outputs.at(m++);
+    if (expected.size() != results.size()) return false;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const TensorMeta& e = expected[i];
+      const at::Tensor& t = results[i];
+      if (e.defined != t.defined()) return false;
+      if (!t.defined()) continue;
+      if (e.dtype != t.scalar_type() || t.sizes() != c10::IntArrayRef(e.sizes)) return false;
+      if (t.numel() > 1 && t.strides() != c10::IntArrayRef(e.strides)) return false;
+    }
+  }
+  return true;
+}
+
+void enqueue(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin,
+             c10::DeviceIndex device, const MetaEntry& meta_entry) {
+  const MetaEntry* meta = &meta_entry;
+  const size_t num_arguments = stack->size() - begin;
+  const c10::IValue* arguments = stack->data() + begin;
+
+  // Outputs on the device, then the task's host arguments (fresh views; CPU values copied
+  // now: the caller may change them, and the task must hold nothing Python owns).
+  const auto options = at::TensorOptions().device(kNeuron, device);
+  std::vector<c10::IValue> results;
+  std::vector<at::Tensor> new_outputs;
+  for (size_t r = 0, m = 0; r < plan.write_alias_of.size(); ++r) {
+    if (plan.write_alias_of[r] >= 0) {
+      results.push_back(arguments[plan.write_alias_of[r]]);
+      continue;
+    }
+    const auto& metas = meta->outputs[m];
+    std::vector<at::Tensor> made;
+    for (const TensorMeta& t : metas) {
+      made.push_back(t.defined ? at::empty_strided(t.sizes, t.strides, options.dtype(t.dtype)) : at::Tensor());
+      new_outputs.push_back(made.back());
+    }
+    results.push_back(meta->output_is_list[m] ? c10::IValue(c10::List<at::Tensor>(made)) : c10::IValue(made[0]));
+    ++m;
+  }
+  HostCall call;
+  call.device = device;
+  torch::jit::Stack args;
+  auto host = [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || t.device().type() == kNeuron) return call.to_host(t);
+    at::Tensor copy = t.clone();
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) copy.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return copy;
+  };
+  for (size_t i = 0; i < num_arguments; ++i) {
+    const c10::IValue& value = arguments[i];
+    if (value.isTensor()) {
+      args.emplace_back(host(value.toTensor()));
+    } else if (list_has_tensors(value)) {
+      args.emplace_back(list_map(value, host));
+    } else if (plan.is_generator[i]) {
+      args.emplace_back(engine_for(value.isNone() ? std::nullopt : std::optional<at::Generator>(value.toGenerator()), device));
+    } else if (value.isDevice() && value.toDevice().type() == kNeuron) {
+      args.emplace_back(c10::Device(c10::DeviceType::CPU));
+    } else {
+      args.push_back(value);
+    }
+  }
+  std::vector<at::Tensor> output_views;
+  for (const at::Tensor& out : new_outputs) output_views.push_back(call.to_host(out));
+  enqueue_views(call, [&plan, op, args = std::move(args), output_views = std::move(output_views), device]() mutable {
+    launch_on_host(plan, op, std::move(args), output_views, device);
+  });
+  stack->resize(begin);
+  stack->insert(stack->end(), results.begin(), results.end());
+}
+
+}  // namespace
+
+void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const OpPlan& plan = plan_for(op);
+  const size_t num_arguments = op.schema().arguments().size();
+  const size_t begin = stack->size() - num_arguments;
+  DeviceCheck check;
+  for (size_t i = 0; i < num_arguments; ++i) {
+    const c10::IValue& value = (*stack)[begin + i];
+    if (value.isTensor() || list_has_tensors(value)) {
+      for_each_tensor(value, [&](const at::Tensor& t) { check.add(t, plan.name.c_str(), plan.allow_cpu_tensors); });
+    } else if (value.isDevice() && value.toDevice().type() == kNeuron && check.device < 0) {
+      check.device = value.toDevice().has_index() ? value.toDevice().index()
+                                                  : c10::DeviceIndex(runtime().current_device());
+    }
+  }
+  c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(runtime().current_device());
+  NEURON_RT_CALL(runtime().check_device(device));
+  if (asynchronous()) {
+    // A view reads no data: no need to wait for the stream.
+    if (plan.view) return run_inline(plan, op, stack, begin, device, /*drain=*/false);
+    const c10::IValue* arguments = stack->data() + begin;
+    std::shared_ptr<const MetaEntry> meta;
+    if (plan.aten && plan.tensor_returns && !uses_cpu_generator(plan, arguments, num_arguments)) {
+      meta = meta_for(plan, op, arguments, num_arguments);
+    }
+    if (meta && meta->queueable) {
+      std::optional<bool> verdict;
+      {
+        std::shared_lock<std::shared_mutex> lock(plan.meta_mutex);
+        auto it = plan.verified.find(meta->dtype_key);
+        if (it != plan.verified.end()) verdict = it->second;
+      }
+      if (verdict.value_or(false)) return enqueue(plan, op, stack, begin, device, *meta);
+      if (!verdict) {  // first call of this dtype signature: inline, and compare with the meta kernel
+        run_inline(plan, op, stack, begin, device, /*drain=*/true);
+        const bool same = matches_meta(plan, *meta, *stack, begin);
+        std::unique_lock<std::shared_mutex> lock(plan.meta_mutex);
+        plan.verified[meta->dtype_key] = same;
+        return;
+      }
+    }
+  }
+  run_inline(plan, op, stack, begin, device, /*drain=*/true);
+}
+
+// ---- queued work on host views ---------------------------------------------------------------
+
+void enqueue_views(HostCall& call, std::function<void()> work) {
+  std::vector<neuron_rt::BufferRef> buffers;
+  for (auto& entry : call.views) buffers.push_back(buffer_ref_of(entry.second));
+  const c10::DeviceIndex device = call.device;
+  NEURON_RT_CALL(current_stream(device).enqueue([work = std::move(work), buffers = std::move(buffers), device]() mutable {
+    neuron_rt::GuardScope guard;
+    for (auto& buffer : buffers) guard.add(buffer.get());
+    AllocationRedirect redirect(device);
+    try {
+      work();
+    } catch (const c10::Error& error) {
+      throw std::runtime_error(error.what_without_backtrace());  // the stream keeps the message
+    }
+    work = nullptr;  // the views it holds go before the buffers they borrow from
+  }));
+}
+
+// ---- accelerator kernels written as bodies ---------------------------------------------------
+
+std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tensor>& inputs, const TensorBody& body) {
+  DeviceCheck check;
+  for (const at::Tensor& t : inputs) check.add(t, name);
+  const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(runtime().current_device());
+  // The outputs' metadata, for a queued kernel: the body run on meta tensors.
+  std::vector<at::Tensor> meta_results;
+  bool queue = asynchronous();
+  if (queue) {
+    std::vector<at::Tensor> metas;
+    for (const at::Tensor& t : inputs) {
+      metas.push_back(t.defined() ? at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::DeviceType::Meta))
+                                  : t);
+    }
+    try {
+      meta_results = body(metas);
+    } catch (const c10::Error&) {
+      queue = false;  // no meta kernel, or an error the CPU kernel will give at the call
+    }
+  }
+  if (!queue) {
+    HostCall call;
+    call.device = run_here_on(device);
+    std::vector<at::Tensor> views;
+    for (const at::Tensor& t : inputs) views.push_back(call.to_host(t));
+    std::vector<at::Tensor> results;
+    {
+      AllocationRedirect redirect(call.device);
+      results = body(views);
+    }
+    for (at::Tensor& result : results) result = call.to_device(result);
+    return results;
+  }
+  std::vector<at::Tensor> outputs;
+  HostCall call;
+  call.device = device;
+  std::vector<at::Tensor> input_views, output_views;
+  for (const at::Tensor& t : inputs) input_views.push_back(call.to_host(t));
+  for (const at::Tensor& m : meta_results) {
+    outputs.push_back(m.defined() ? at::empty_strided(m.sizes(), m.strides(),
+                                                      at::TensorOptions().dtype(m.scalar_type()).device(kNeuron, device))
+                                  : at::Tensor());
+    output_views.push_back(call.to_host(outputs.back()));
+  }
+  enqueue_views(call, [body, input_views, output_views]() mutable {
+    std::vector<at::Tensor> results = body(input_views);
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (output_views[i].defined() && results[i].defined()) output_views[i].copy_(results[i]);
+    }
+  });
+  return outputs;
 }
 
 namespace {

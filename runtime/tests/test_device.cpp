@@ -39,16 +39,17 @@ TEST(Runtime, OutOfRangeDeviceNamesTheRange) {
   EXPECT_THROW(runtime.memory(-1), Error);
 }
 
-TEST(Runtime, FreeFindsTheOwningDevice) {
+TEST(Runtime, AddressesMapToTheirDevice) {
   Runtime& runtime = Runtime::get();
   int last = runtime.device_count() - 1;
-  void* ptr = runtime.memory(last).allocate(1000);
-  EXPECT_EQ(runtime.device_of(ptr), last);
+  BufferRef buffer = BufferRef::adopt(runtime.memory(last).allocate(1000));
+  EXPECT_EQ(Runtime::device_of(buffer->data()), last);
+  EXPECT_EQ(Runtime::device_of(static_cast<char*>(buffer->data()) + 999), last);
   uint64_t before = runtime.memory(last).stats().allocated_bytes;
-  runtime.free(ptr);
-  runtime.synchronize();
+  buffer = BufferRef();
   EXPECT_LT(runtime.memory(last).stats().allocated_bytes, before);
-  EXPECT_EQ(runtime.device_of(ptr), -1);
+  int local = 0;
+  EXPECT_EQ(Runtime::device_of(&local), -1);
 }
 
 TEST(Runtime, ConcurrentAllocationAndWorkOnAllDevices) {
@@ -59,11 +60,11 @@ TEST(Runtime, ConcurrentAllocationAndWorkOnAllDevices) {
       int device = t % runtime.device_count();
       Stream& stream = runtime.stream(device, 1 + t % kStreamPoolSize);
       for (int i = 0; i < 200; ++i) {
-        auto* p = static_cast<int*>(runtime.memory(device).allocate(4096));
-        stream.enqueue([p, i] { p[0] = i; });
+        BufferRef buffer = BufferRef::adopt(runtime.memory(device).allocate(4096));
+        int* p = static_cast<int*>(buffer->data());
+        stream.enqueue([buffer, p, i] { p[0] = i; });
         stream.synchronize();
         ASSERT_EQ(p[0], i);
-        runtime.free(p);
       }
     });
   }

@@ -8,6 +8,9 @@
 #include "runtime/copy.h"
 #include "runtime/error.h"
 #include "runtime/event.h"
+#include "runtime/memory.h"
+#include <cstring>
+#include <memory>
 #include "runtime/stream.h"
 
 using namespace neuron_rt;
@@ -24,14 +27,24 @@ TEST_P(StreamModes, RunsTasksInOrder) {
   EXPECT_TRUE(stream.query());
 }
 
-TEST_P(StreamModes, CopiesAreOrderedWithWork) {
+TEST_P(StreamModes, CopiesAreOrderedWithWorkAndHoldTheirBuffers) {
   Stream stream(0, 0, GetParam());
-  std::vector<float> host(1024, 1.0f), device(1024, 0.0f), back(1024, 0.0f);
-  copy_host_to_device(stream, device.data(), host.data(), host.size() * 4, false);
-  stream.enqueue([&] { for (auto& x : device) x *= 3.0f; });
-  copy_device_to_host(stream, back.data(), device.data(), back.size() * 4);
+  DeviceMemory memory(0, 16 << 20, MemoryBacking::kAnonymous, false, {&stream});
+  std::vector<float> host(1024, 1.0f), back(1024, 0.0f);
+  BufferRef device = BufferRef::adopt(memory.allocate(host.size() * 4));
+  BufferRef pinned = BufferRef::adopt(HostMemory::get().allocate(host.size() * 4));
+  std::memcpy(pinned->data(), host.data(), host.size() * 4);
+  copy_host_to_device(stream, device, 0, pinned->data(), pinned, host.size() * 4, /*blocking=*/false);
+  pinned = BufferRef();  // the queued copy holds it
+  float* values = static_cast<float*>(device->data());
+  stream.enqueue([device, values] { for (int i = 0; i < 1024; ++i) values[i] *= 3.0f; });
+  BufferRef copy = BufferRef::adopt(memory.allocate(host.size() * 4));
+  copy_device_to_device(stream, copy, 0, device, 0, host.size() * 4, false);
+  device = BufferRef();  // held by the queued work
+  copy_device_to_host(stream, back.data(), BufferRef(), copy, 0, back.size() * 4, true);
   EXPECT_EQ(back[0], 3.0f);
   EXPECT_EQ(back[1023], 3.0f);
+  EXPECT_THROW(copy_host_to_device(stream, copy, 0, host.data(), BufferRef(), 4, false), Error);
 }
 
 TEST_P(StreamModes, ManyThreadsEnqueueAtOnce) {
@@ -98,21 +111,92 @@ TEST(Stream, AsyncEnqueueReturnsBeforeTheWorkRuns) {
   EXPECT_TRUE(ran.load());
 }
 
-TEST(Stream, AsyncFailureIsRaisedBySynchronizeAndLaterWorkSkipped) {
+TEST(Stream, AsyncFailureIsStickyAndLaterWorkSkipped) {
   Stream stream(2, 0, false);
   bool later_ran = false;
+  auto held = std::make_shared<int>(1);
   stream.enqueue([] { throw std::runtime_error("kernel exploded"); });
-  stream.enqueue([&] { later_ran = true; });
-  try {
-    stream.synchronize();
-    FAIL() << "expected the task's failure";
-  } catch (const Error& error) {
-    EXPECT_EQ(error.code(), ErrorCode::kAsyncFailure);
-    EXPECT_NE(std::string(error.what()).find("kernel exploded"), std::string::npos);
-    EXPECT_NE(std::string(error.what()).find("neuron:2"), std::string::npos);
+  stream.enqueue([&later_ran, held] { later_ran = true; });
+  for (int attempt = 0; attempt < 2; ++attempt) {  // every later wait fails the same way
+    try {
+      stream.synchronize();
+      FAIL() << "expected the task's failure";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kAsyncFailure);
+      EXPECT_NE(std::string(error.what()).find("kernel exploded"), std::string::npos);
+      EXPECT_NE(std::string(error.what()).find("neuron:2"), std::string::npos);
+    }
   }
   EXPECT_FALSE(later_ran);
-  stream.synchronize();  // the error is reported once
+  EXPECT_EQ(held.use_count(), 1);  // the skipped task was destroyed: what it held is released
+  Event after;
+  after.record(stream);  // an event recorded after the failure fails, it does not hang
+  EXPECT_THROW(after.synchronize(), Error);
+  EXPECT_THROW(after.query(), Error);
+  Stream other(2, 1, false);
+  after.wait(other);  // a stream waiting on a failed event fails with its message
+  try {
+    other.synchronize();
+    FAIL() << "expected the waiting stream to fail";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("kernel exploded"), std::string::npos);
+  }
+}
+
+TEST(Stream, DestroyingASkippedTaskMayUseTheStream) {
+  // Regression: skipped tasks were destroyed under the stream's lock; a destructor that
+  // queried the stream deadlocked.
+  Stream stream(0, 0, false);
+  struct QueriesOnDestruction {
+    Stream* stream;
+    ~QueriesOnDestruction() {
+      if (stream) stream->query();
+    }
+  };
+  stream.enqueue([] { throw std::runtime_error("first failure"); });
+  auto probe = std::make_shared<QueriesOnDestruction>(QueriesOnDestruction{&stream});
+  stream.enqueue([probe] {});
+  probe.reset();
+  EXPECT_THROW(stream.synchronize(), Error);
+}
+
+TEST(Stream, AbortWakesWaitersAndFailsTheStream) {
+  Stream stream(0, 3, false);
+  std::atomic<bool> release{false};
+  stream.enqueue([&] {
+    while (!release.load()) std::this_thread::yield();
+  });
+  Event event;
+  event.record(stream);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stream.abort("collective allreduce timed out");
+  });
+  try {
+    stream.synchronize();  // returns although the running task is stuck
+    FAIL() << "expected the abort";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kAborted);
+    EXPECT_NE(std::string(error.what()).find("allreduce timed out"), std::string::npos);
+  }
+  EXPECT_THROW(event.synchronize(), Error);  // not reached, and the stream was aborted
+  aborter.join();
+  release = true;
+}
+
+TEST(Stream, WaitForTimesOut) {
+  Stream stream(0, 4, false);
+  std::atomic<bool> release{false};
+  stream.enqueue([&] {
+    while (!release.load()) std::this_thread::yield();
+  });
+  EXPECT_FALSE(stream.wait_for(stream.marker(), std::chrono::milliseconds(20)));
+  Event event;
+  event.record(stream);
+  EXPECT_FALSE(event.wait_for(std::chrono::milliseconds(20)));
+  release = true;
+  EXPECT_TRUE(stream.wait_for(stream.marker(), std::chrono::milliseconds(-1)));
+  EXPECT_TRUE(event.wait_for(std::chrono::milliseconds(1000)));
 }
 
 TEST(Event, StreamWaitsForEventOfAnotherStream) {

@@ -1,0 +1,57 @@
+// Note [64-bit as 32-bit]
+// The real NeuronCore stores float64 and int64 tensors but computes them in 32 bits;
+// outputs keep their dtype. We do the same by default: a kernel gets float32 / int32
+// copies of its 64-bit value arguments, and its float32 / int32 results are widened back
+// into 64-bit outputs. Values beyond the 32-bit range wrap as they would on the device.
+// NEURON_SIM_NATIVE_64BIT=1 turns this off (64-bit math, as on the CPU).
+//
+// This file is the one place the rule lives: the eager kernels (generic and hot paths)
+// and the compiler's FX pass (through _C.narrowing_rule) ask it.
+//  - Exact ops never narrow: ops that move or select values without arithmetic (copies,
+//    cat, indexing, gather/scatter, padding, where, fill, ...) and ops that generate
+//    integer sequences or random integers (arange, randperm, randint, random_).
+//  - Index arguments (index, indices, target, offsets, ...) are addresses, not values:
+//    they stay 64-bit.
+//  - An integer scalar beyond the int32 range (a Python number, or a one-element int64
+//    tensor) would wrap; such a call runs in 64 bits.
+//  - Outputs typed on request (a `dtype=` or `out_int32=` argument) are not widened.
+//  - When a kernel refuses the 32-bit form (raises), the call runs again in 64 bits.
+#pragma once
+
+#include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/ScalarType.h>
+
+#include <string>
+#include <vector>
+
+namespace torch_neuron {
+
+bool compute_64bit_as_32bit();
+// Changes the setting at run time (for tests and the conformance sweep).
+void set_compute_64bit_as_32bit(bool value);
+
+inline bool is_64bit(at::ScalarType type) { return type == at::kDouble || type == at::kLong; }
+inline at::ScalarType narrow_64bit(at::ScalarType type) {
+  return type == at::kDouble ? at::kFloat : type == at::kLong ? at::kInt : type;
+}
+inline at::ScalarType widen_32bit(at::ScalarType type) {
+  return type == at::kFloat ? at::kDouble : type == at::kInt ? at::kLong : type;
+}
+
+// The rule for one op, computed once per schema.
+struct Narrowing {
+  bool exact = false;                 // never narrowed (see above)
+  std::vector<bool> value_argument;   // per schema argument: narrowed when 64-bit
+  int dtype_argument = -1;            // the `dtype` / `out_int32` argument, or -1
+};
+const Narrowing& narrowing_for(const c10::FunctionSchema& schema);
+// The same, by qualified name ("aten::add.Tensor"), for the compiler's pass.
+const Narrowing& narrowing_for(const std::string& qualified_name);
+
+// True when every integer scalar among `arguments` fits 32 bits.
+bool scalars_fit_32bit(const c10::IValue* arguments, size_t count);
+// True when the op's outputs were typed on request (their dtype is the caller's).
+bool typed_on_request(const Narrowing& rule, const c10::IValue* arguments, size_t count);
+
+}  // namespace torch_neuron
