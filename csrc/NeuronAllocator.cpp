@@ -9,6 +9,8 @@
 
 #include "HostWait.h"
 #include "NeuronCommon.h"
+#include "NeuronLogging.h"
+#include "OpTracking.h"
 
 namespace torch_neuron {
 
@@ -37,6 +39,11 @@ neuron_rt::Stream& current_stream(c10::DeviceIndex device) {
 
 void synchronize_stream(neuron_rt::Stream& stream) {
   if (stream.query() && !stream.failure()) return;
+  if (log_enabled(LogLevel::kDebug)) {
+    const TrackedOp* op = current_op();
+    log(LogLevel::kDebug, "host waits for neuron:" + std::to_string(stream.device()) + " stream " +
+                              std::to_string(stream.id()) + (op ? " in " + op->name() : std::string()));
+  }
   without_gil([&] { NEURON_RT_CALL(stream.synchronize()); });
 }
 

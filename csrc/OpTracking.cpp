@@ -47,6 +47,11 @@ bool fallback_only_for_unimplemented_ops() {
 
 }  // namespace
 
+namespace detail {
+thread_local const TrackedOp* t_current_op = nullptr;
+}
+const TrackedOp* current_op() { return detail::t_current_op; }
+
 TrackedOp::TrackedOp(std::string name, KernelPath path) : name_(std::move(name)), path_(path) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

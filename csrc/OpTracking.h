@@ -72,10 +72,23 @@ class TrackedOp {
 // The record of an op reaching the generic path (one per schema, made on first use).
 TrackedOp& tracked_op(const c10::OperatorHandle& op);
 
+// The op the calling thread is running (for diagnostics), or nullptr.
+const TrackedOp* current_op();
+
+namespace detail {
+extern thread_local const TrackedOp* t_current_op;
+struct CurrentOp {
+  const TrackedOp* previous;
+  explicit CurrentOp(const TrackedOp* op) : previous(t_current_op) { t_current_op = op; }
+  ~CurrentOp() { t_current_op = previous; }
+};
+}  // namespace detail
+
 // Runs `body`; an exception from it is reported as the op's failure (TrackedOp::failed).
 template <typename Body>
 decltype(auto) run_tracked(TrackedOp& op, Body&& body) {
   op.hit();
+  detail::CurrentOp current(&op);
   try {
     return body();
   } catch (const c10::Error& error) {

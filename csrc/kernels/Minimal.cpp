@@ -93,7 +93,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
                                                     byte_offset(self), bytes, /*blocking=*/false));
       return dst;
     }
-    run_here_on(device);  // the sync point: every stream of the core
+    run_here_on(device);  // the sync point
     if (plain) {
       NEURON_RT_CALL(neuron_rt::copy_device_to_host(current_stream(device), dst.data_ptr(), neuron_rt::BufferRef(),
                                                     source, byte_offset(self), bytes, /*blocking=*/true));

@@ -111,7 +111,7 @@ c10::DeviceIndex run_here_on(c10::DeviceIndex device) {
   auto& rt = runtime();
   if (device < 0) device = c10::DeviceIndex(rt.current_device());
   NEURON_RT_CALL(rt.check_device(device));
-  if (!rt.launch_blocking()) without_gil([&] { NEURON_RT_CALL(rt.synchronize(device)); });
+  if (!rt.launch_blocking()) synchronize_stream(current_stream(device));
   return device;
 }
 
@@ -200,6 +200,7 @@ struct MetaEntry {
   std::vector<std::vector<TensorMeta>> outputs;  // per non-aliased return (a list for Tensor[])
   std::vector<bool> output_is_list;
   std::vector<int64_t> dtype_key;              // the signature without sizes and strides
+  std::vector<std::pair<size_t, TensorMeta>> resized;  // out= arguments the kernel resizes, and to what
 };
 
 struct SignatureHash {
@@ -646,11 +647,12 @@ MetaEntry compute_meta(const OpPlan& plan, const c10::OperatorHandle& op, const 
   } catch (const std::exception&) {
     return entry;  // no meta kernel, data-dependent outputs, or an error the CPU kernel will give
   }
-  for (size_t i = 0; i < count; ++i) {  // an out= the kernel resizes: inline
+  for (size_t i = 0; i < count; ++i) {  // out= arguments the kernel resizes: resized when queued
     if (!plan.is_written[i] || !written_before[i].isTensor()) continue;
     const at::Tensor& t = written_before[i].toTensor();
     const at::Tensor& original = arguments[i].toTensor();
-    if (t.sizes() != original.sizes() || t.strides() != original.strides()) return entry;
+    if (!t.defined() || !original.defined()) continue;
+    if (t.sizes() != original.sizes() || t.strides() != original.strides()) entry.resized.emplace_back(i, meta_of(t));
   }
   for (size_t r = 0; r < stack.size(); ++r) {
     if (plan.write_alias_of[r] >= 0) continue;
@@ -730,6 +732,13 @@ void enqueue(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stac
   const MetaEntry* meta = &meta_entry;
   const size_t num_arguments = stack->size() - begin;
   const c10::IValue* arguments = stack->data() + begin;
+  // out= arguments the kernel would resize get their new metadata now (a larger storage is
+  // allocated, the old bytes copied on the stream), so the queued kernel finds them sized.
+  for (const auto& [index, target] : meta->resized) {
+    at::Tensor out = arguments[index].toTensor();
+    out.resize_(target.sizes);
+    if (out.strides() != c10::IntArrayRef(target.strides)) out.as_strided_(target.sizes, target.strides);
+  }
 
   // Outputs on the device, then the task's host arguments (fresh views; CPU values copied
   // now: the caller may change them, and the task must hold nothing Python owns).
@@ -817,8 +826,15 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
       if (verdict.value_or(false)) return enqueue(plan, op, stack, begin, device, *meta);
       if (!verdict) {  // first call of this dtype signature: inline, and compare with the meta kernel
+        std::vector<at::Tensor> resized;
+        for (const auto& entry : meta->resized) resized.push_back(arguments[entry.first].toTensor());
         run_inline(plan, op, stack, begin, device, /*drain=*/true);
-        const bool same = matches_meta(plan, *meta, *stack, begin);
+        bool same = matches_meta(plan, *meta, *stack, begin);
+        for (size_t i = 0; i < resized.size() && same; ++i) {
+          const TensorMeta& target = meta->resized[i].second;
+          same = resized[i].sizes() == c10::IntArrayRef(target.sizes) &&
+                 (resized[i].numel() <= 1 || resized[i].strides() == c10::IntArrayRef(target.strides));
+        }
         std::unique_lock<std::shared_mutex> lock(plan.meta_mutex);
         plan.verified[meta->dtype_key] = same;
         return;

@@ -66,7 +66,8 @@ struct DeviceCheck {
 
 // Readies a kernel that runs on the calling thread: returns the op's device (the current
 // one when no neuron tensor named it) and, in asynchronous mode, first drains that device's
-// streams so the kernel sees all earlier work.
+// current stream so the kernel sees the work queued before it (work of other streams is
+// ordered by events, as with CUDA streams).
 c10::DeviceIndex run_here_on(c10::DeviceIndex device);
 // True with NEURON_LAUNCH_BLOCKING=0.
 bool asynchronous();
