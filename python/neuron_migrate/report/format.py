@@ -1,0 +1,34 @@
+"""Number formatting shared by the terminal, Markdown and HTML reports."""
+
+
+def gib(value):
+    return "n/a" if value is None else f"{value / 2**30:.2f} GiB"
+
+
+def mib(value):
+    return "n/a" if value is None else f"{value / 2**20:.1f} MiB"
+
+
+def count(value):
+    if value is None:
+        return "n/a"
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.2f}{unit}"
+    return str(value)
+
+
+def ms(value):
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+def number(value, digits=4):
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
