@@ -106,8 +106,12 @@ def fallback_report(census_summary, fallback_names):
     by_name = {entry["op"]: entry for entry in census_summary["ops"]}
     report = []
     for name in fallback_names:
-        entry = by_name.get(name)
+        entry, seen_as = by_name.get(name), name
+        if entry is None:  # an out= or functional form called below the Python dispatch level
+            base = name.split(".")[0]
+            matches = [e for op, e in by_name.items() if op.split(".")[0] == base]
+            entry = matches[0] if matches else None
+            seen_as = matches[0]["op"] if matches else None
         report.append({"op": name, "count": entry["count"] if entry else None,
-                       "signatures": list(entry["signatures"])[:3] if entry else [],
-                       "seen_by_census": entry is not None})
+                       "signatures": list(entry["signatures"])[:3] if entry else [], "census_name": seen_as})
     return report

@@ -13,7 +13,7 @@ PERMISSIVE = {"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "bsd", "isc",
 _TEXT_SIGNATURES = [
     ("apache-2.0", r"Apache License,?\s+Version 2\.0"),
     ("mit", r"Permission is hereby granted, free of charge"),
-    ("psf-2.0", r"PYTHON SOFTWARE FOUNDATION LICENSE VERSION 2"),
+    ("psf-2.0", r"PYTHON SOFTWARE FOUNDATION LICENSE VERSION 2|PSF LICENSE AGREEMENT FOR PYTHON"),
     ("bsd-3-clause", r"Neither the name of .* nor the names of its\s+contributors"),
     ("cc-by-4.0", r"Creative Commons Attribution 4\.0"),
     ("llama", r"LLAMA \d(\.\d)? COMMUNITY LICENSE"),

@@ -31,3 +31,63 @@ def verdict_table(verdicts):
         table.add_row(item["condition"], f"[{colour}]{item['verdict']}", number(item.get("measured")),
                       f"{item['comparison']} {number(item['limit'])}")
     return table
+
+
+def summary(report):
+    """A short answer per question, then the verdict table."""
+    from rich.console import Group
+    from rich.panel import Panel
+    s = report["sections"]
+    lines = []
+    census = s.get("census") or {}
+    if census.get("ops") is not None:
+        lines.append(f"will it run?   {census.get('distinct_ops')} distinct ops, "
+                     f"{len(census.get('fallback_ops') or [])} run on the CPU by TorchNeuron, "
+                     f"{len(census.get('wide_values') or [])} 64-bit value problem(s), "
+                     f"{len((s.get('cuda_scan') or {}).get('findings') or [])} CUDA-only line(s)")
+    quality = s.get("quality") or {}
+    training = s.get("training") or {}
+    if quality.get("requests"):
+        lines.append(f"right?         logits max abs error {number(quality.get('logits_max_abs_error'))}, "
+                     f"greedy agreement {number(quality.get('greedy_agreement'))}")
+    if training.get("loss_max_abs_diff") is not None:
+        lines.append(f"right?         training loss max abs diff {number(training['loss_max_abs_diff'])}, restart diff "
+                     f"{number((training.get('restart') or {}).get('max_abs_diff'))}")
+    compiles = s.get("compiles") or {}
+    if "graphs_compiled" in compiles:
+        lines.append(f"compiles?      {compiles['graphs_compiled']} graphs, {compiles['recompiles']} recompiles "
+                     f"(backend {compiles['backend']})")
+    elif compiles.get("finding") or compiles.get("skipped"):
+        lines.append(f"compiles?      {compiles.get('finding') or compiles.get('skipped')}")
+    levels = ((s.get("speed") or {}).get("target") or {}).get("levels") or []
+    for level in levels:
+        lines.append(f"how fast?      concurrency {level['concurrency']}: {level['tokens_per_s']:.1f} tokens/s, "
+                     f"P95 {number(level['latency_ms']['p95'])} ms, TTFT P95 {number(level['ttft_ms']['p95'])} ms, "
+                     f"errors {level['error_rate']:.0%}")
+    if training.get("time_per_step_s") is not None:
+        lines.append(f"how fast?      {number(training['time_per_step_s'])} s per training step")
+    if report.get("target_simulated"):
+        lines.append("               (host timings on the simulated device, not a Trainium prediction)")
+    fit = s.get("fit") or {}
+    if fit.get("smallest_fitting_tp"):
+        lines.append("fits?          " + ", ".join(f"{k}: TP={v['tp']}" for k, v in fit["smallest_fitting_tp"].items()))
+    cores = (s.get("memory") or {}).get("target_peak_per_core") or []
+    if cores:
+        lines.append("               measured peak " + ", ".join(f"core {c['core']}: {c['peak_bytes'] / 2**20:.1f} MiB"
+                                                              for c in cores))
+    running = ((s.get("cost") or {}).get("running") or {}).get("target") or {}
+    if running.get("per_million_tokens") is not None:
+        lines.append(f"cost?          {number(running['per_million_tokens'])} {(s.get('cost') or {}).get('currency')} "
+                     "per 1M tokens (from host throughput)")
+    licence = s.get("licence") or {}
+    if licence:
+        lines.append(f"may we use it? model licence {(licence.get('model') or {}).get('licence')} "
+                     f"({(licence.get('model') or {}).get('status')})" + (f"; flags: {'; '.join(licence['flags'])}"
+                                                                           if licence.get("flags") else ""))
+    errors = [f for f in report.get("findings") or [] if f["severity"] == "error"]
+    if errors:
+        lines.append(f"findings:      {len(errors)} error(s), first: [{errors[0]['section']}] {errors[0]['message'][:120]}")
+    panel = Panel("\n".join(lines), title=f"{report.get('workload')}: {report.get('target')} vs {report.get('baseline')} "
+                                          f"({report.get('status')})")
+    verdicts = s.get("verdict") or []
+    return Group(panel, verdict_table(verdicts)) if verdicts else panel
