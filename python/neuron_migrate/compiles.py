@@ -123,6 +123,7 @@ def measure(loaded, device, requests, backend_name):
         "graphs_all_passes": len(graphs), "graph_breaks": sum(counters["graph_break"].values()),
         "unique_graphs_counter": counters["stats"].get("unique_graphs"),
         "recompile_reasons": reasons, "graphs": graphs, "passes": passes, "errors": errors,
+        "requests_failed": sorted({e["request"] for e in errors if e["pass"] == "cold"}),
         "warmup_cold_s": passes.get("cold", {}).get("seconds"),
         "warmup_warm_s": passes.get("warm", {}).get("seconds"),
         "steady_s": passes.get("steady", {}).get("seconds"),

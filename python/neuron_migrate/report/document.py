@@ -100,6 +100,9 @@ def _compiles(s, timing):
                             f"{number(c['warmup_cold_s'])} s, warm (after torch._dynamo.reset(); disk cache "
                             f"{c['cache_dir']}) {number(c['warmup_warm_s'])} s, steady {number(c['steady_s'])} s "
                             f"({timing})."))
+        if c.get("requests_failed"):
+            blocks.append(("p", f"**{len(c['requests_failed'])} shape(s) failed under torch.compile** "
+                                f"({', '.join(c['requests_failed'])}); tracebacks under Findings."))
         reasons = c.get("recompile_reasons") or []
         if reasons:
             blocks.append(("list", [f"[{r['pass']}, {r['request']}] " + r["reason"].replace("\n", " ")

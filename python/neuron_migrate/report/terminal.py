@@ -55,8 +55,10 @@ def summary(report):
                      f"{number((training.get('restart') or {}).get('max_abs_diff'))}")
     compiles = s.get("compiles") or {}
     if "graphs_compiled" in compiles:
+        failed = compiles.get("requests_failed") or []
         lines.append(f"compiles?      {compiles['graphs_compiled']} graphs, {compiles['recompiles']} recompiles "
-                     f"(backend {compiles['backend']})")
+                     f"(backend {compiles['backend']})" + (f"; {len(failed)} shape(s) failed to compile, see findings"
+                                                           if failed else ""))
     elif compiles.get("finding") or compiles.get("skipped"):
         lines.append(f"compiles?      {compiles.get('finding') or compiles.get('skipped')}")
     levels = ((s.get("speed") or {}).get("target") or {}).get("levels") or []
