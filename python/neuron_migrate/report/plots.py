@@ -24,15 +24,15 @@ def _roles(report):
 
 def latency_distribution(report):
     speed = report["sections"].get("speed") or {}
-    series = [(role, level) for role in ("target", "baseline") for level in (speed.get(role) or {}).get("levels", [])]
+    series = [(role, level) for role in ("target", "baseline") for level in (speed.get(role) or {}).get("levels", [])
+              if level["latencies_ms"]]
     if not series:
         return None
     figure, axes = plt.subplots(figsize=(6, 3.2))
     for role, level in series:
-        if level["latencies_ms"]:
-            axes.hist(level["latencies_ms"], bins=20, alpha=0.55, color=COLOURS[role],
-                      label=f"{_roles(report)[role]} ({role}), concurrency {level['concurrency']}",
-                      histtype="stepfilled" if level["concurrency"] == 1 else "step", linewidth=1.5)
+        axes.hist(level["latencies_ms"], bins=20, alpha=0.55, color=COLOURS[role],
+                  label=f"{_roles(report)[role]} ({role}), concurrency {level['concurrency']}",
+                  histtype="stepfilled" if level["concurrency"] == 1 else "step", linewidth=1.5)
     axes.set_xlabel("latency per request (ms)")
     axes.set_ylabel("requests")
     axes.set_title("Latency distribution (host timings)")
