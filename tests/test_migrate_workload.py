@@ -55,3 +55,11 @@ def test_run_with_bad_workload_exits_2_with_the_message(tmp_path, capsys):
     path = write(tmp_path, "w.toml", GOOD.replace('dtype = "bfloat16"', "dtype = 16"))
     assert main(["run", path, "--out", str(tmp_path / "r"), "--no-progress"]) == 2
     assert "model.dtype: expected a string, got 16" in capsys.readouterr().out
+
+
+def test_unavailable_device_exits_2(tmp_path, capsys):
+    path = write(tmp_path, "w.toml", GOOD)
+    if __import__("torch").cuda.is_available():
+        pytest.skip("this machine has CUDA: the unavailable-device path cannot be shown with it")
+    assert main(["run", path, "--baseline", "cuda", "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+    assert "device 'cuda' is not available" in capsys.readouterr().out
