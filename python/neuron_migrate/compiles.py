@@ -63,8 +63,8 @@ def measure(loaded, device, requests, backend_name):
     shapes = [tuple(r.input_ids.shape) for r in requests]
     plan = buckets.plans(shapes)
     if inner is None:
-        return {"backend": backend_name, "available": False,
-                "finding": f"torch.compile backend {backend_name!r} is not available here ({problem}); "
+        return {"backend": backend_name, "available": False, "problem": problem,
+                "finding": f"torch.compile backend {backend_name!r} is not available here; "
                            "graph counts and compile times were not measured",
                 "buckets": plan}
     import torch._dynamo

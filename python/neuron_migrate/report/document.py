@@ -1,7 +1,7 @@
 """The report as a list of blocks built from report.json alone, so that Markdown and HTML
 show the same content: ("h1"|"h2"|"h3", text), ("p", text), ("table", headers, rows),
 ("list", items), ("code", text), ("plot", name, caption)."""
-from .format import count, gib, mib, ms, number
+from .format import count, gib, mib, ms, number, size
 
 
 def _get(section, *path, default=None):
@@ -22,6 +22,8 @@ def build(report):
     if report.get("target_simulated"):
         blocks.append(("p", "**Timings are host timings on the simulated Neuron device, not a Trainium prediction.** "
                             "The roofline section gives a labelled upper bound for real hardware."))
+    from .terminal import summary_lines
+    blocks += [("h2", "At a glance"), ("code-plain", "\n".join(summary_lines(report)))]
     blocks += _will_it_run(s) + _is_it_right(s) + _compiles(s, timing) + _speed(s, report) + _fit(s, report)
     blocks += _cost(s) + _lock(s) + _licence(s) + _findings(report) + _verdict(s)
     return blocks
@@ -70,9 +72,10 @@ def _is_it_right(s):
         blocks.append(("p", f"Logits max abs error: **{number(quality.get('logits_max_abs_error'))}**; greedy-token "
                             f"agreement: **{number(quality.get('greedy_agreement'))}**."))
         blocks.append(("table", ["request", "logits max abs err", "mean abs err", "greedy agreement",
-                                 "identical rows", "first divergence"],
+                                 "identical rows", "first diverging token per row"],
                        [[r["label"], number(r["logits_max_abs_error"]), number(r["logits_mean_abs_error"]),
-                         number(r["greedy_agreement"]), f"{r['identical_rows']}/{r['rows']}", str(r["first_divergence"])]
+                         number(r["greedy_agreement"]), f"{r['identical_rows']}/{r['rows']}",
+                         ", ".join("none" if d is None else str(d) for d in r["first_divergence"])]
                         for r in quality["requests"]]))
     if trainingsec.get("target"):
         blocks.append(("p", f"Training loss max abs difference over {len(trainingsec['target'].get('loss', []))} steps: "
@@ -92,7 +95,8 @@ def _compiles(s, timing):
     if c.get("skipped") or c.get("error"):
         return blocks + [("p", c.get("skipped") or c.get("error"))]
     if not c.get("available", True) or "graphs_compiled" not in c:
-        blocks.append(("p", f"**Finding:** {c.get('finding', 'not measured')}"))
+        blocks.append(("p", f"**Finding:** {c.get('finding', 'not measured')}"
+                            + (f" ({c['problem']})" if c.get("problem") else "")))
     else:
         blocks.append(("p", f"Backend `{c['backend']}`, static shapes: **{c['graphs_compiled']} graphs compiled, "
                             f"{c['recompiles']} recompiles**, {c['graph_breaks']} graph breaks over "
@@ -141,7 +145,7 @@ def _speed(s, report):
                             f"{number(t.get('time_to_loss_target_s'))} s ({t.get('timing')})."))
         if restart:
             blocks.append(("p", f"Restart from a checkpoint at step {restart['checkpoint_at']} "
-                                f"({count(restart.get('checkpoint_bytes'))} bytes; {restart['how']}): losses after "
+                                f"({size(restart.get('checkpoint_bytes'))}; {restart['how']}): losses after "
                                 f"the restart differ from the uninterrupted run by at most "
                                 f"**{number(restart.get('max_abs_diff'))}**."))
     if len(blocks) == 1:
@@ -164,7 +168,7 @@ def _fit(s, report):
                             f"{number(m.get('host_cpu_seconds'))} s; compile cache {m.get('compile_cache_dir')}: "
                             f"{mib(m['compile_cache_bytes']) if m.get('compile_cache_bytes') is not None else 'absent'}; "
                             f"copied between host and device during the census pass: "
-                            + (", ".join(f"{k} {mib(v)}" for k, v in copies.items()) or "nothing")
+                            + (", ".join(f"{k} {size(v)}" for k, v in copies.items()) or "nothing")
                             + f"; between ranks: {m.get('between_ranks_note')}."))
         blocks.append(("plot", "memory_over_time", "Host RSS and device memory over the run"))
     if f.get("rows"):

@@ -32,3 +32,13 @@ def number(value, digits=4):
     if isinstance(value, float):
         return f"{value:.{digits}g}"
     return str(value)
+
+
+def size(value):
+    """Bytes in the largest unit that keeps the number >= 1."""
+    if value is None:
+        return "n/a"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value} B"

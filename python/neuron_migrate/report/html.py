@@ -17,6 +17,7 @@ pre{background:#f8f9fa;border:1px solid #dee2e6;padding:8px;overflow-x:auto;font
 code{background:#f1f3f5;padding:0 3px}
 .plots{display:flex;flex-wrap:wrap;gap:10px}
 figure{margin:6px 0}figcaption{font-size:12px;color:#495057}
+pre.glance{background:#f8f9fa;font-size:12.5px;line-height:1.5;white-space:pre-wrap}
 .banner{background:#fff4e6;border-left:4px solid #d9480f;padding:6px 10px}
 """
 
@@ -55,6 +56,8 @@ def render(blocks, images, report):
             body.append(f"<table><tr>{head}</tr>{rows}</table>")
         elif kind == "list":
             body.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in block[1]) + "</ul>")
+        elif kind == "code-plain":
+            body.append(f'<pre class="glance">{html.escape(block[1])}</pre>')
         elif kind == "code":
             body.append(f"<details><summary>traceback</summary><pre>{html.escape(block[1])}</pre></details>")
         elif kind == "plot" and block[1] in images:

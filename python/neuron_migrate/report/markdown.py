@@ -21,7 +21,7 @@ def render(blocks, images):
             lines.append("")
         elif kind == "list":
             lines += [f"- {item}" for item in block[1]] + [""]
-        elif kind == "code":
+        elif kind in ("code", "code-plain"):
             lines += ["```", block[1].rstrip(), "```", ""]
         elif kind == "plot" and block[1] in images:
             lines += [f"![{block[2]}](plots/{block[1]}.png)", ""]

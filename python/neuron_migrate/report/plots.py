@@ -50,6 +50,8 @@ def throughput_vs_concurrency(report):
         if levels:
             axes.plot([l["concurrency"] for l in levels], [l["tokens_per_s"] for l in levels], marker="o",
                       color=COLOURS[role], label=f"{_roles(report)[role]} ({role})")
+    axes.set_xticks(sorted({l["concurrency"] for role in ("target", "baseline")
+                            for l in (speed.get(role) or {}).get("levels") or []}))
     axes.set_xlabel("concurrent requests")
     axes.set_ylabel("generated tokens / s")
     axes.set_title("Throughput against concurrency (host timings)")
@@ -65,18 +67,20 @@ def memory_timeline(report):
     times = [s["t"] for s in samples]
     axes.plot(times, [s["rss_bytes"] / 2**20 for s in samples], color="#495057", label="host RSS")
     device = [s["device_bytes"] for s in samples]
-    if any(d for d in device if d):
-        axes.plot(times, [(d or 0) / 2**20 for d in device], color=COLOURS["target"],
-                  label=f"{report.get('target')} allocated")
+    if any(d for d in device if d):  # its own axis: device memory can be far below the host's
+        device_axes = axes.twinx()
+        device_axes.plot(times, [(d or 0) / 2**20 for d in device], color=COLOURS["target"])
+        device_axes.set_ylabel(f"{report.get('target')} allocated (MiB)", color=COLOURS["target"])
+        axes.plot([], [], color=COLOURS["target"], label=f"{report.get('target')} allocated (right axis)")
     previous = None
     for sample in samples:
         if sample["phase"] != previous:
             axes.axvline(sample["t"], color="#adb5bd", linewidth=0.6)
             axes.text(sample["t"], axes.get_ylim()[1] * 0.98, sample["phase"], rotation=90, fontsize=6,
-                      va="top", color="#868e96")
+                      va="top", color="#868e96", clip_on=True, in_layout=False)
             previous = sample["phase"]
     axes.set_xlabel("seconds since start")
-    axes.set_ylabel("MiB")
+    axes.set_ylabel("host RSS (MiB)")
     axes.set_title("Memory over time")
     axes.legend(fontsize=8, loc="lower right")
     return _png(figure)

@@ -37,6 +37,15 @@ def summary(report):
     """A short answer per question, then the verdict table."""
     from rich.console import Group
     from rich.panel import Panel
+    panel = Panel("\n".join(summary_lines(report)),
+                  title=f"{report.get('workload')}: {report.get('target')} vs {report.get('baseline')} "
+                        f"({report.get('status')})")
+    verdicts = report["sections"].get("verdict") or []
+    return Group(panel, verdict_table(verdicts)) if verdicts else panel
+
+
+def summary_lines(report):
+    """One line per answered question (plain text; also the report's "At a glance")."""
     s = report["sections"]
     lines = []
     census = s.get("census") or {}
@@ -86,10 +95,12 @@ def summary(report):
         lines.append(f"may we use it? model licence {(licence.get('model') or {}).get('licence')} "
                      f"({(licence.get('model') or {}).get('status')})" + (f"; flags: {'; '.join(licence['flags'])}"
                                                                            if licence.get("flags") else ""))
+    verdicts = s.get("verdict") or []
+    if verdicts:
+        tally = {name: sum(1 for v in verdicts if v["verdict"] == name) for name in ("go", "no-go", "not measured")}
+        lines.append("verdict:       " + ", ".join(f"{n} {name}" for name, n in tally.items() if n)
+                     + "".join(f"; NO-GO {v['condition']}" for v in verdicts if v["verdict"] == "no-go"))
     errors = [f for f in report.get("findings") or [] if f["severity"] == "error"]
     if errors:
         lines.append(f"findings:      {len(errors)} error(s), first: [{errors[0]['section']}] {errors[0]['message'][:120]}")
-    panel = Panel("\n".join(lines), title=f"{report.get('workload')}: {report.get('target')} vs {report.get('baseline')} "
-                                          f"({report.get('status')})")
-    verdicts = s.get("verdict") or []
-    return Group(panel, verdict_table(verdicts)) if verdicts else panel
+    return lines
