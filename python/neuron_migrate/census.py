@@ -74,7 +74,7 @@ class OpCensus(TorchDispatchMode):
             if found >= MAX_FINDINGS_PER_OP or not isinstance(tensor, torch.Tensor) or tensor.numel() == 0:
                 continue
             if tensor.dtype == torch.int64:
-                high, low = tensor.max().item(), tensor.min().item()
+                low, high = (v.item() for v in torch.aminmax(tensor))
                 if high > INT32_MAX or low < INT32_MIN:
                     sample = high if high > INT32_MAX else low
                     self.wide_values.append({"op": name, "dtype": "int64", "shape": list(tensor.shape),

@@ -73,6 +73,8 @@ def main(argv=None):
 
 
 def _fit(args, console):
+    from transformers.utils import logging as transformers_logging
+    transformers_logging.set_verbosity_error()  # kernel-availability notes are noise here
     from .fit import fit
     from .report.terminal import fit_table
     if not os.path.exists(args.model):
