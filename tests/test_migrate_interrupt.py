@@ -46,3 +46,18 @@ enabled = false
     assert "memory" in report["sections"] and "verdict" in report["sections"]
     assert any("interrupted" in f["message"] for f in report["findings"])
     assert "status: **interrupted**" in (out / "report.md").read_text()
+
+
+def test_first_signal_asks_to_stop_second_interrupts():
+    import pytest
+    from neuron_migrate import stopping
+    stopping.reset()
+    try:
+        stopping.handle_signal(signal.SIGINT, None)
+        assert stopping.requested()
+        with pytest.raises(stopping.StopRequested):
+            stopping.check()
+        with pytest.raises(KeyboardInterrupt):
+            stopping.handle_signal(signal.SIGINT, None)
+    finally:
+        stopping.reset()

@@ -157,3 +157,15 @@ def test_markdown_and_self_contained_html(demo):
     assert len(images) >= 3 and all(src.startswith("data:image/png;base64,") for src in images)
     assert not re.search(r'(src|href)="https?:', page)
     assert (folder / "plots" / "latency_distribution.png").exists()
+
+
+def test_compare_with_itself_and_with_other_conditions(demo, tmp_path, capsys):
+    from migrate_helpers import main
+    folder = str(demo[2])
+    assert main(["compare", folder, folder]) == 0
+    assert "0 regression(s)" in capsys.readouterr().out
+    other = dict(demo[1], conditions=dict(demo[1]["conditions"], seed=1))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "report.json").write_text(json.dumps(other))
+    assert main(["compare", folder, str(tmp_path / "other")]) == 2
+    assert "seed: 0 -> 1" in capsys.readouterr().out

@@ -12,7 +12,7 @@ import traceback
 
 import torch
 
-from . import buckets, devices
+from . import buckets, devices, stopping
 from .loading import forward_logits
 
 RECOMPILE_LOGGER = "torch._dynamo.guards.__recompiles"
@@ -100,6 +100,7 @@ def measure(loaded, device, requests, backend_name):
             current["pass"] = name
             per_request = {}
             for request in {r.label: r for r in requests}.values():
+                stopping.check()
                 current["label"] = request.label
                 start = time.perf_counter()
                 try:

@@ -4,6 +4,7 @@ import traceback
 
 import torch
 
+from . import stopping
 from .loading import forward_logits, generate
 
 
@@ -11,6 +12,7 @@ def outputs(loaded, device, requests, max_new_tokens):
     """Per request: float32 logits and greedy tokens (on the CPU), or the error it raised."""
     results = []
     for request in requests:
+        stopping.check()
         ids = request.input_ids.to(device)
         try:
             with torch.no_grad():

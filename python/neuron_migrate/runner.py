@@ -11,7 +11,7 @@ import psutil
 import torch
 
 from . import (census, compiles, cost, cuda_scan, devices, licence, loading, lock, quality, roofline, speed,
-               training, verdict)
+               stopping, training, verdict)
 from . import fit as fit_module
 from .report.store import ReportStore
 from .workload import WorkloadError, digest, load
@@ -226,11 +226,13 @@ def run_command(workload_path, target, baseline, out, progress, console):
                 ("fit", run.fit, False), ("roofline", run.roofline, False), ("load", run.load, False),
                 ("quality", run.census_and_quality, True), ("compiles", run.compiles, True),
                 ("speed", run.speed, True), ("training", run.training, True)]
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    stopping.reset()
+    previous = {s: signal.signal(s, stopping.handle_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     status = "complete"
     try:
         with _progress(console, progress, len(sections)) as bar:
             for name, function, needs_model in sections:
+                stopping.check()
                 bar.update(f"{name}")
                 sampler.phase = name
                 if needs_model and run.cpu_model is None:
@@ -238,17 +240,21 @@ def run_command(workload_path, target, baseline, out, progress, console):
                     continue
                 try:
                     store.set(name, function())
-                except KeyboardInterrupt:
+                except (KeyboardInterrupt, stopping.StopRequested):
                     raise
                 except Exception as error:
+                    if stopping.requested():  # the stop, surfacing through library code
+                        raise stopping.StopRequested(str(error)) from error
                     store.finding(name, f"{type(error).__name__}: {error}", severity="error", traceback=True)
                     store.set(name, {"error": f"{type(error).__name__}: {error}"})
                 bar.advance()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, stopping.StopRequested):
         status = "interrupted"
-        store.finding("run", "interrupted: the sections above were measured, the rest were not")
+        store.finding("run", f"interrupted during {sampler.phase}: the sections before it were measured, "
+                             "the rest were not")
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         sampler.stop()
         _finish(store, run, workload, target, baseline, times.user + times.system, status)
     from .report import render_folder
@@ -282,10 +288,6 @@ def _cost(store, workload, target, baseline):
     kinds = {"target": torch.device(target).type, "baseline": torch.device(baseline).type}
     return cost.estimate(workload, kinds, speed_section, per_role, sections.get("compiles"),
                          store.data.get("target_simulated"))
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 class _progress:

@@ -8,7 +8,7 @@ import traceback
 
 import numpy
 
-from . import devices
+from . import devices, stopping
 from .loading import generate
 
 
@@ -29,6 +29,8 @@ class _FirstToken:
 
 
 def _serve_one(loaded, device, request, max_new_tokens, timeout_s):
+    if stopping.requested():
+        return {"label": request.label, "stopped": True}
     start = time.perf_counter()
     streamer = _FirstToken(device)
     try:
@@ -55,6 +57,7 @@ def serve(loaded, device, requests, serve_config, max_new_tokens):
     """{warmup, levels: [{concurrency, latency_ms, ttft_ms, tokens_per_s, ...}]}."""
     warmup = {}
     for request in {r.label: r for r in requests}.values():
+        stopping.check()
         result = _serve_one(loaded, device, request, max_new_tokens, serve_config.timeout_s)
         warmup[request.label] = result["latency_s"]
     queue = [requests[i % len(requests)] for i in range(serve_config.requests)]
@@ -64,6 +67,7 @@ def serve(loaded, device, requests, serve_config, max_new_tokens):
         with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
             results = list(pool.map(lambda r: _serve_one(loaded, device, r, max_new_tokens,
                                                          serve_config.timeout_s), queue))
+        stopping.check()  # a level cut short is not a measurement
         wall = time.perf_counter() - start
         ok = [r for r in results if "error" not in r]
         failed = [r for r in results if "error" in r]

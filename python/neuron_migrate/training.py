@@ -8,7 +8,7 @@ import traceback
 
 import torch
 
-from . import devices
+from . import devices, stopping
 from .loading import LoadedModel, causal_lm_loss
 
 
@@ -19,6 +19,7 @@ def _fresh(loaded_cpu, device):
 
 def _steps(loaded, optimizer, batches, device, record):
     for batch in batches:
+        stopping.check()
         start = time.perf_counter()
         loss = causal_lm_loss(loaded, batch.to(device))
         loss.backward()
@@ -39,6 +40,8 @@ def run(loaded_cpu, device, batches, lr):
         loaded = _fresh(loaded_cpu, device)
         optimizer = torch.optim.AdamW(loaded.model.parameters(), lr=lr)
         _steps(loaded, optimizer, batches, device, record)
+    except stopping.StopRequested:
+        raise
     except Exception as error:
         record["error"] = f"{type(error).__name__}: {error}"
         record["traceback"] = traceback.format_exc()
