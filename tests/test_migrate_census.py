@@ -3,7 +3,6 @@ values that 32-bit computation would not keep, bytes copied between host and dev
 import importlib.util
 import os
 
-import pytest
 import torch
 
 from migrate_helpers import DATA

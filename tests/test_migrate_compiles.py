@@ -3,7 +3,6 @@ the workload's shape distribution, through public Dynamo surfaces. torch.compile
 "neuron") is not built yet, so the mechanism is tested with the "eager" backend."""
 import os
 
-import pytest
 
 from migrate_helpers import DATA, run, tiny_llama_folder, write
 from neuron_migrate.compiles import backend_available

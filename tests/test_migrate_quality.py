@@ -2,7 +2,6 @@
 TorchNeuron's CPU-fallback set, and int64 values beyond 2**31 that 32-bit computation wraps."""
 import os
 
-import pytest
 
 from migrate_helpers import DATA, run, write
 

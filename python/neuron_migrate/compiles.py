@@ -11,6 +11,7 @@ import time
 import traceback
 
 import torch
+import torch._dynamo
 
 from . import buckets, devices, stopping
 from .loading import forward_logits
@@ -67,7 +68,6 @@ def measure(loaded, device, requests, backend_name):
                 "finding": f"torch.compile backend {backend_name!r} is not available here; "
                            "graph counts and compile times were not measured",
                 "buckets": plan}
-    import torch._dynamo
     from torch._dynamo.utils import counters
     graphs = []
     run_start = time.perf_counter()

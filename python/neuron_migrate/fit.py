@@ -3,7 +3,6 @@ loaded, so a 27B model answers in seconds), for each Trainium platform, logical-
 configuration (LNC) and tensor-parallel degree, against the per-core HBM budget."""
 import json
 import math
-import os
 
 import torch
 
@@ -19,8 +18,7 @@ def load_config(model):
     if isinstance(model, PretrainedConfig):
         config = model
     else:
-        path = os.path.dirname(model) if str(model).endswith(".json") else model
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(model)  # a folder, or a config JSON file of any name
     if getattr(config, "text_config", None) is not None and not _is_causal_lm(config):
         config = config.get_text_config()
     return config

@@ -3,6 +3,7 @@ Each function returns None when the report has no data for it."""
 import io
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -98,6 +99,7 @@ def compiles_over_run(report):
             axes.step([g["at_s"] for g in points], range(1, len(points) + 1), where="post", marker="o",
                       color=colour, label=f"{name} pass")
     axes.set_xlabel("seconds since the compile section started")
+    axes.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     axes.set_ylabel("graphs compiled (cumulative)")
     axes.set_title(f"Compiles over the run (backend {compiles.get('backend')})")
     axes.legend(fontsize=8)
