@@ -51,6 +51,7 @@ def test_restart_from_checkpoint_gives_the_same_losses(trained):
     restart = trained[1]["sections"]["training"]["restart"]
     assert restart["checkpoint_at"] == 3 and len(restart["losses_after_restart"]) == 3
     assert restart["max_abs_diff"] == 0.0 and restart["checkpoint_bytes"] > 0
+    assert restart["killed_with"] == "SIGKILL"  # the first training process was killed, not stopped
     verdicts = {v["condition"]: v["verdict"] for v in trained[1]["sections"]["verdict"]}
     assert verdicts == {"loss_max_abs_diff": "go", "resume_loss_max_abs_diff": "go"} and trained[0] == 0
 

@@ -167,7 +167,7 @@ class _Run:
         self.sampler.phase = "training (baseline)"
         baseline = training.run(self.cpu_model, self.baseline, batches, t.lr)
         self.sampler.phase = "training restart (target)"
-        restart = training.restart_from_checkpoint(self.cpu_model, self.target, batches, t.lr, t.checkpoint_at)
+        restart = training.kill_and_resume(self.workload, self.target)
         for role, record in (("target", target), ("baseline", baseline)):
             if record.get("error"):
                 self.store.finding("training", f"{role} training raised: {record['error']}", severity="error",

@@ -1,23 +1,33 @@
 """Training on one device: loss and gradient norm per step, time per step, and a restart
-from a checkpoint file that must reproduce the uninterrupted run's losses."""
+from a checkpoint after a kill that must reproduce the uninterrupted run's losses."""
 import copy
+import json
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
 
 import torch
 
-from . import devices, stopping
+from . import stopping
 from .loading import LoadedModel, causal_lm_loss
 
 
-def _fresh(loaded_cpu, device):
+def new_record():
+    return {"loss": [], "grad_norm": [], "step_seconds": []}
+
+
+def fresh(loaded_cpu, device):
+    """A copy of the CPU model on `device`, in training mode."""
     model = copy.deepcopy(loaded_cpu.model).to(device).train()
     return LoadedModel(model, loaded_cpu.tokenizer, loaded_cpu.config, loaded_cpu.is_hf)
 
 
-def _steps(loaded, optimizer, batches, device, record):
+def steps(loaded, optimizer, batches, device, record):
+    """One optimizer step per batch; appends loss, gradient norm and seconds to `record`."""
     for batch in batches:
         stopping.check()
         start = time.perf_counter()
@@ -34,12 +44,11 @@ def _steps(loaded, optimizer, batches, device, record):
 
 def run(loaded_cpu, device, batches, lr):
     """The uninterrupted run: {loss, grad_norm, step_seconds} per step (or an error)."""
-    record = {"loss": [], "grad_norm": [], "step_seconds": []}
+    record = new_record()
     try:
-        torch.manual_seed(0)
-        loaded = _fresh(loaded_cpu, device)
+        loaded = fresh(loaded_cpu, device)
         optimizer = torch.optim.AdamW(loaded.model.parameters(), lr=lr)
-        _steps(loaded, optimizer, batches, device, record)
+        steps(loaded, optimizer, batches, device, record)
     except stopping.StopRequested:
         raise
     except Exception as error:
@@ -48,30 +57,38 @@ def run(loaded_cpu, device, batches, lr):
     return record
 
 
-def restart_from_checkpoint(loaded_cpu, device, batches, lr, checkpoint_at):
-    """Runs `checkpoint_at` steps, saves model and optimizer state to a file, drops every
-    object, builds fresh ones from the file and runs the remaining steps. Returns the losses
-    after the restart. (The restart is in the same process: fresh model and optimizer
-    objects, state only from the file.)"""
-    record = {"loss": [], "grad_norm": [], "step_seconds": []}
-    with tempfile.TemporaryDirectory(prefix="neuron-migrate-ckpt-") as folder:
-        path = os.path.join(folder, "checkpoint.pt")
-        torch.manual_seed(0)
-        loaded = _fresh(loaded_cpu, device)
-        optimizer = torch.optim.AdamW(loaded.model.parameters(), lr=lr)
-        _steps(loaded, optimizer, batches[:checkpoint_at], device, {"loss": [], "grad_norm": [], "step_seconds": []})
-        devices.synchronize(device)
-        torch.save({"model": loaded.model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "step": checkpoint_at}, path)
-        checkpoint_bytes = os.path.getsize(path)
-        del loaded, optimizer
-        loaded = _fresh(loaded_cpu, device)
-        optimizer = torch.optim.AdamW(loaded.model.parameters(), lr=lr)
-        state = torch.load(path, map_location=device)
-        loaded.model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        _steps(loaded, optimizer, batches[checkpoint_at:], device, record)
+def kill_and_resume(workload, device, timeout_s=600):
+    """The restart check with a real kill: a child process trains to the checkpoint, writes it
+    and trains on; it is killed (SIGKILL) once the checkpoint is on disk; a second child loads
+    it into fresh objects and trains the remaining steps. Returns their losses."""
+    import neuron_migrate
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(neuron_migrate.__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    with tempfile.TemporaryDirectory(prefix="neuron-migrate-restart-") as folder:
+        command = [sys.executable, "-m", "neuron_migrate.resume_worker"]
+        first = subprocess.Popen(command + ["first", workload.path, device, folder], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        checkpoint = os.path.join(folder, "checkpoint.pt")
+        deadline = time.monotonic() + timeout_s
+        while not os.path.exists(checkpoint) and first.poll() is None and time.monotonic() < deadline:
+            stopping.check()
+            time.sleep(0.05)
+        if not os.path.exists(checkpoint):
+            first.kill()
+            _, error = first.communicate()
+            raise RuntimeError(f"the first training process wrote no checkpoint: {error.decode()[-2000:]}")
+        first.kill()  # SIGKILL: no clean-up in the child
+        first.communicate()
+        checkpoint_bytes = os.path.getsize(checkpoint)
+        second = subprocess.run(command + ["resume", workload.path, device, folder], env=env,
+                                capture_output=True, text=True, timeout=timeout_s)
+        if second.returncode != 0:
+            raise RuntimeError(f"the resumed training process failed: {second.stderr[-2000:]}")
+        with open(os.path.join(folder, "resumed.json"), encoding="utf-8") as handle:
+            record = json.load(handle)
     record["checkpoint_bytes"] = checkpoint_bytes
+    record["killed_with"] = "SIGKILL" if first.returncode == -signal.SIGKILL else f"exit {first.returncode}"
     return record
 
 
@@ -89,8 +106,10 @@ def summary(target, baseline, restart, checkpoint_at, loss_target):
         diffs = [abs(a - b) for a, b in zip(restart["loss"], after)]
         result["restart"] = {"checkpoint_at": checkpoint_at, "losses_after_restart": restart["loss"],
                              "uninterrupted_losses": after, "max_abs_diff": max(diffs) if diffs else None,
-                             "checkpoint_bytes": restart.get("checkpoint_bytes"), "error": restart.get("error"),
-                             "how": "same process: state saved to a file, every object dropped, rebuilt from the file"}
+                             "checkpoint_bytes": restart.get("checkpoint_bytes"),
+                             "killed_with": restart.get("killed_with"),
+                             "how": "a training process killed after writing its checkpoint; a new process "
+                                    "resumed from the file"}
     seconds = target["step_seconds"]
     if len(seconds) > 1:
         ordered = sorted(seconds[1:])
