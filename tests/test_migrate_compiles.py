@@ -59,3 +59,18 @@ def test_factory_model_on_neuron(tmp_path):
 def test_unknown_backend_is_reported_not_raised():
     backend, problem = backend_available("no-such-backend")
     assert backend is None and "no-such-backend" in problem
+
+
+def test_training_step_compile_on_cpu():
+    import torch
+
+    import tiny_models
+    from neuron_migrate.compiles import measure
+    from neuron_migrate.loading import LoadedModel, Request
+    model = tiny_models.build("llama").train()
+    loaded = LoadedModel(model, None, model.config, True)
+    batch = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    result = measure(loaded, "cpu", [Request(batch, "b2xL12")], "aot_eager", training=True)
+    assert result["compiled"] == "training step (forward and backward)" and result["errors"] == []
+    assert result["graphs_compiled"] == 1 and result["recompiles"] == 0
+    assert model.model.embed_tokens.weight.grad is None  # gradients cleared after each step

@@ -14,7 +14,7 @@ import torch
 import torch._dynamo
 
 from . import buckets, devices, stopping
-from .loading import forward_logits
+from .loading import causal_lm_loss, forward_logits
 
 RECOMPILE_LOGGER = "torch._dynamo.guards.__recompiles"
 
@@ -58,8 +58,10 @@ def backend_available(name):
         return None, f"{type(error).__name__}: {error}"
 
 
-def measure(loaded, device, requests, backend_name):
-    """The compile section (a finding instead of numbers when the backend is missing)."""
+def measure(loaded, device, requests, backend_name, training=False):
+    """The compile section (a finding instead of numbers when the backend is missing). With
+    `training`, each call is a training step's forward and backward (forward and backward
+    graphs), else an inference forward."""
     inner, problem = backend_available(backend_name)
     shapes = [tuple(r.input_ids.shape) for r in requests]
     plan = buckets.plans(shapes)
@@ -104,8 +106,12 @@ def measure(loaded, device, requests, backend_name):
                 current["label"] = request.label
                 start = time.perf_counter()
                 try:
-                    with torch.no_grad():
-                        forward_logits(loaded, request.input_ids.to(device)).cpu()
+                    if training:
+                        causal_lm_loss(loaded, request.input_ids.to(device)).backward()
+                        loaded.model.zero_grad(set_to_none=True)
+                    else:
+                        with torch.no_grad():
+                            forward_logits(loaded, request.input_ids.to(device)).cpu()
                 except Exception as error:
                     errors.append({"request": request.label, "pass": name, "error": f"{type(error).__name__}: {error}",
                                    "traceback": traceback.format_exc()})
@@ -120,6 +126,7 @@ def measure(loaded, device, requests, backend_name):
     reasons = handler.messages
     result = {
         "backend": backend_name, "available": True, "dynamic": False,
+        "compiled": "training step (forward and backward)" if training else "inference forward",
         "graphs_compiled": len(cold), "recompiles": sum(1 for m in reasons if m["pass"] == "cold"),
         "graphs_all_passes": len(graphs), "graph_breaks": sum(counters["graph_break"].values()),
         "unique_graphs_counter": counters["stats"].get("unique_graphs"),

@@ -134,7 +134,13 @@ class _Run:
     def compiles(self):
         if not self.workload.compile.enabled:
             return {"skipped": "compile.enabled = false in the workload"}
-        result = compiles.measure(self.target_model, self.target, self.requests, self.workload.compile.backend)
+        if self.workload.task == "train":
+            model = training.fresh(self.cpu_model, self.target)
+            batch = loading.training_batches(self.cpu_model, self.workload)[0]
+            shapes = [loading.Request(batch, f"b{batch.shape[0]}xL{batch.shape[1]}")]
+            result = compiles.measure(model, self.target, shapes, self.workload.compile.backend, training=True)
+        else:
+            result = compiles.measure(self.target_model, self.target, self.requests, self.workload.compile.backend)
         if result.get("finding"):
             self.store.finding("compiles", result["finding"])
         for error in result.get("errors", [])[:3]:

@@ -98,7 +98,8 @@ def _compiles(s, timing):
         blocks.append(("p", f"**Finding:** {c.get('finding', 'not measured')}"
                             + (f" ({c['problem']})" if c.get("problem") else "")))
     else:
-        blocks.append(("p", f"Backend `{c['backend']}`, static shapes: **{c['graphs_compiled']} graphs compiled, "
+        blocks.append(("p", f"Backend `{c['backend']}`, {c.get('compiled', 'inference forward')}, static shapes: "
+                            f"**{c['graphs_compiled']} graphs compiled, "
                             f"{c['recompiles']} recompiles**, {c['graph_breaks']} graph breaks over "
                             f"{c['buckets']['distinct_shapes']} distinct input shapes. Warm-up: cold "
                             f"{number(c['warmup_cold_s'])} s, warm (after torch._dynamo.reset(); disk cache "
