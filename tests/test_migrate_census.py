@@ -11,7 +11,7 @@ from neuron_migrate.census import OpCensus, fallback_report
 
 
 def _tiny(name):
-    spec = importlib.util.spec_from_file_location("migrate_tiny_models", os.path.join(DATA, "tiny_models.py"))
+    spec = importlib.util.spec_from_file_location("migrate_tiny_models", os.path.join(DATA, "custom_models.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return getattr(module, name)()

@@ -13,7 +13,7 @@ WORKLOAD = f"""
 [workload]
 name = "cmp"
 [model]
-factory = "{os.path.join(DATA, 'tiny_models.py')}:filtered"
+factory = "{os.path.join(DATA, 'custom_models.py')}:filtered"
 [inputs]
 prompt_lengths = [6]
 max_new_tokens = 2

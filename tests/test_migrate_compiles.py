@@ -47,7 +47,7 @@ def test_hf_model_on_cpu_one_graph_per_shape(tmp_path):
 
 
 def test_factory_model_on_neuron(tmp_path):
-    factory = os.path.join(DATA, "tiny_models.py") + ":filtered"
+    factory = os.path.join(DATA, "custom_models.py") + ":filtered"
     path = write(tmp_path, "w.toml", _workload(f'factory = "{factory}"'))
     _, report = run(path, str(tmp_path / "r"))
     compiles = report["sections"]["compiles"]

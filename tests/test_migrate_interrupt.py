@@ -15,7 +15,7 @@ def test_sigint_leaves_a_readable_partial_report(tmp_path):
 [workload]
 name = "long"
 [model]
-factory = "{os.path.join(DATA, 'tiny_models.py')}:filtered"
+factory = "{os.path.join(DATA, 'custom_models.py')}:filtered"
 [inputs]
 prompt_lengths = [6]
 max_new_tokens = 4

@@ -5,7 +5,7 @@ import os
 
 from migrate_helpers import DATA, run, write
 
-FACTORY = os.path.join(DATA, "tiny_models.py")
+FACTORY = os.path.join(DATA, "custom_models.py")
 
 
 def _workload(factory, gates):
