@@ -19,6 +19,9 @@ EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
 demo: build
 	$(PY) scripts/demo.py
+	@# The migration evaluation on the demo model (report folder under build/, not tracked).
+	$(PY) -m neuron_migrate run demo/migrate/workload.toml --on neuron --baseline cpu \
+	  --out build/neuron-migrate-demo --no-progress || test $$? -eq 3
 
 test: test-runtime test-runtime-sanitizers test-python
 
@@ -48,9 +51,10 @@ $(VENV)/.requirements.stamp: requirements.txt
 build: venv $(EXTENSION)
 $(EXTENSION): $(SOURCES) $(VENV)/.requirements.stamp
 	@# The first build is the editable install (it also registers the torch.backends
-	@# entry point); later builds recompile in place, incrementally. Autoload is off while
-	@# building: the installed backend would load the old extension.
-	if ls $(VENV)/lib/python3*/site-packages/torch_neuron_sim-*.dist-info >/dev/null 2>&1; then \
+	@# entry point and the neuron-migrate command); later builds recompile in place,
+	@# incrementally. Autoload is off while building: the installed backend would load the
+	@# old extension.
+	if grep -qs neuron-migrate $(VENV)/lib/python3*/site-packages/torch_neuron_sim-*.dist-info/entry_points.txt; then \
 	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) setup.py -q build_ext --inplace; \
 	else \
 	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps -e .; fi

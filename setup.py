@@ -14,7 +14,7 @@ setup(
     description="A simulated AWS Neuron device for PyTorch, with the torch_neuronx API",
     package_dir={"": "python"},
     packages=find_packages("python"),
-    package_data={"torch_neuron_sim": ["data/*.txt"]},
+    package_data={"torch_neuron_sim": ["data/*.txt"], "neuron_migrate": ["data/*.toml"]},
     ext_modules=[
         CppExtension(
             "torch_neuron_sim._C",
@@ -24,6 +24,7 @@ setup(
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
-    entry_points={"torch.backends": ["torch_neuronx = torch_neuronx:_autoload"]},
+    entry_points={"torch.backends": ["torch_neuronx = torch_neuronx:_autoload"],
+                  "console_scripts": ["neuron-migrate = neuron_migrate.cli:main"]},
     python_requires=">=3.10",
 )

@@ -1,0 +1,117 @@
+"""Will it run? The op census: every ATen op a workload executes, with dtypes and shapes,
+the bytes copied between host and device, and (on a device that computes 64-bit values
+exactly, i.e. the baseline) the 64-bit values that 32-bit computation would not keep.
+
+Contract: on the evaluated device the census only reads tensor metadata, so it adds no op
+of its own to what TorchNeuron tracks; value checks (check_64bit=True) run extra ops and
+belong on the baseline."""
+import collections
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+INT32_MAX = 2**31 - 1
+INT32_MIN = -(2**31)
+_COPY_OPS = {"aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize"}
+MAX_SHAPES_PER_OP = 8
+MAX_FINDINGS_PER_OP = 3
+
+
+def _describe(value):
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).replace('torch.', '')}{list(value.shape)}"
+    return None
+
+
+class OpCensus(TorchDispatchMode):
+    """Counts ops by name; keeps up to MAX_SHAPES_PER_OP distinct (dtype, shape) signatures each."""
+
+    def __init__(self, check_64bit=False, float64_rtol=1e-6):
+        super().__init__()
+        self.ops = collections.OrderedDict()
+        self.copies = collections.Counter()  # "cpu->neuron" -> bytes
+        self.copy_counts = collections.Counter()
+        self.check_64bit = check_64bit
+        self.float64_rtol = float64_rtol
+        self.wide_values = []  # 64-bit values 32-bit computation would change
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.name()
+        entry = self.ops.get(name)
+        if entry is None:
+            entry = self.ops[name] = {"count": 0, "signatures": {}, "distinct_signatures": 0}
+        entry["count"] += 1
+        inputs = [d for d in map(_describe, tree_flatten((args, kwargs))[0]) if d]
+        outputs = [d for d in map(_describe, tree_flatten(out)[0]) if d]
+        signature = " ".join(inputs) + " -> " + " ".join(outputs)
+        if signature in entry["signatures"]:
+            entry["signatures"][signature] += 1
+        else:
+            entry["distinct_signatures"] += 1
+            if len(entry["signatures"]) < MAX_SHAPES_PER_OP:
+                entry["signatures"][signature] = 1
+        if name.split(".")[0] in _COPY_OPS:
+            self._count_copy(args, kwargs, out)
+        if self.check_64bit:
+            self._check_wide(name, out)
+        return out
+
+    def _count_copy(self, args, kwargs, out):
+        source = args[1] if len(args) > 1 and isinstance(args[1], torch.Tensor) else args[0]
+        target = out if isinstance(out, torch.Tensor) else args[0]
+        if isinstance(source, torch.Tensor) and isinstance(target, torch.Tensor) \
+                and source.device.type != target.device.type:
+            key = f"{source.device.type}->{target.device.type}"
+            self.copies[key] += target.numel() * target.element_size()
+            self.copy_counts[key] += 1
+
+    def _check_wide(self, name, out):
+        found = sum(1 for w in self.wide_values if w["op"] == name)
+        for tensor in tree_flatten(out)[0]:
+            if found >= MAX_FINDINGS_PER_OP or not isinstance(tensor, torch.Tensor) or tensor.numel() == 0:
+                continue
+            if tensor.dtype == torch.int64:
+                low, high = (v.item() for v in torch.aminmax(tensor))
+                if high > INT32_MAX or low < INT32_MIN:
+                    sample = high if high > INT32_MAX else low
+                    self.wide_values.append({"op": name, "dtype": "int64", "shape": list(tensor.shape),
+                                             "sample_value": sample, "problem": "beyond the int32 range"})
+                    found += 1
+            elif tensor.dtype == torch.float64:
+                rounded = tensor.float().double()
+                error = (rounded - tensor).abs()
+                bound = self.float64_rtol * tensor.abs()
+                bad = (error > bound) | (torch.isfinite(tensor) & ~torch.isfinite(rounded))
+                if bool(bad.any()):
+                    index = int(bad.flatten().nonzero()[0])
+                    value = tensor.flatten()[index].item()
+                    self.wide_values.append({"op": name, "dtype": "float64", "shape": list(tensor.shape),
+                                             "sample_value": value, "as_float32": float(torch.tensor(value).float()),
+                                             "problem": f"changes by more than rtol={self.float64_rtol} in float32"})
+                    found += 1
+
+    def summary(self):
+        ops = [{"op": name, "count": e["count"], "distinct_signatures": e["distinct_signatures"],
+                "signatures": e["signatures"]} for name, e in self.ops.items()]
+        return {"ops": ops, "op_calls": sum(e["count"] for e in self.ops.values()),
+                "copies_bytes": dict(self.copies), "copies_count": dict(self.copy_counts),
+                "wide_values": self.wide_values}
+
+
+def fallback_report(census_summary, fallback_names):
+    """The census entries of the ops TorchNeuron runs on the CPU, matched by name."""
+    by_name = {entry["op"]: entry for entry in census_summary["ops"]}
+    report = []
+    for name in fallback_names:
+        entry, seen_as = by_name.get(name), name
+        if entry is None:  # an out= or functional form called below the Python dispatch level
+            base = name.split(".")[0]
+            matches = [e for op, e in by_name.items() if op.split(".")[0] == base]
+            entry = matches[0] if matches else None
+            seen_as = matches[0]["op"] if matches else None
+        report.append({"op": name, "count": entry["count"] if entry else None,
+                       "signatures": list(entry["signatures"])[:3] if entry else [], "census_name": seen_as})
+    return report

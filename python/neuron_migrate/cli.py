@@ -1,0 +1,94 @@
+"""The `neuron-migrate` command: run, fit, compare, report.
+
+Exit status: 0 done (every stop condition go, or none set), 3 a stop condition is no-go,
+2 bad input (workload file, arguments, runs that may not be compared), 130 interrupted."""
+import argparse
+import json
+import os
+import sys
+
+from rich.console import Console
+
+
+def _int_list(text):
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _str_list(text):
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def parser():
+    top = argparse.ArgumentParser(prog="neuron-migrate", description=__doc__.splitlines()[0])
+    commands = top.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="evaluate a workload on a device against a baseline device")
+    run.add_argument("workload", help="the workload file (TOML)")
+    run.add_argument("--on", default="neuron", help="device to evaluate (neuron, cuda, cpu); default neuron")
+    run.add_argument("--baseline", default="cpu", help="device the outputs are compared with; default cpu")
+    run.add_argument("--out", help="report folder (default: neuron-migrate-report/<workload name>)")
+    run.add_argument("--no-progress", action="store_true", help="no live progress display")
+
+    fit = commands.add_parser("fit", help="does the model fit? parameters + KV cache per core, from its config")
+    fit.add_argument("model", help="model folder or config.json (weights are never loaded)")
+    fit.add_argument("--platform", type=_str_list, action="extend", help="trn1, trn2, trn3 (comma list); default all")
+    fit.add_argument("--tp", type=_int_list, default=[1, 2, 4, 8], help="tensor-parallel degrees, e.g. 1,2,4")
+    fit.add_argument("--lnc", type=_int_list, default=[1, 2], help="logical-core configurations, e.g. 1,2")
+    fit.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    fit.add_argument("--batch", type=int, default=1, help="sequences per core (default 1)")
+    fit.add_argument("--max-seq-len", type=int, default=4096, help="tokens per sequence in the KV cache (default 4096)")
+    fit.add_argument("--headroom", type=float, default=0.1,
+                     help="fraction of each core's HBM kept free for activations (default 0.1)")
+    fit.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    compare = commands.add_parser("compare", help="what changed between two runs; flags regressions")
+    compare.add_argument("a", help="report folder (or report.json) of the earlier run")
+    compare.add_argument("b", help="report folder (or report.json) of the later run")
+    compare.add_argument("--json", action="store_true")
+
+    report = commands.add_parser("report", help="write report.md and report.html again from report.json")
+    report.add_argument("folder")
+    return top
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    console = Console(stderr=False, highlight=False)
+    if args.command == "fit":
+        return _fit(args, console)
+    if args.command == "compare":
+        from .compare import compare_command
+        return compare_command(args.a, args.b, console, as_json=args.json)
+    if args.command == "report":
+        from .report import render_folder
+        paths = render_folder(args.folder)
+        console.print("wrote " + ", ".join(paths))
+        return 0
+    from .runner import run_command
+    return run_command(args.workload, target=args.on, baseline=args.baseline, out=args.out,
+                       progress=not args.no_progress, console=console)
+
+
+def _fit(args, console):
+    from transformers.utils import logging as transformers_logging
+    transformers_logging.set_verbosity_error()  # kernel-availability notes are noise here
+    from .fit import fit
+    from .report.terminal import fit_table
+    if not os.path.exists(args.model):
+        console.print(f"[red]fit: {args.model!r} not found (expected a model folder or its config.json)")
+        return 2
+    try:
+        result = fit(args.model, dtype=args.dtype, platforms=args.platform or ["trn1", "trn2", "trn3"],
+                     lnc=args.lnc, tp=args.tp, batch_per_core=args.batch, max_seq_len=args.max_seq_len,
+                     headroom=args.headroom)
+    except ValueError as error:
+        console.print(f"[red]fit: {error}")
+        return 2
+    if args.json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        console.print(fit_table(result))
+    return 0

@@ -1,0 +1,119 @@
+"""What the tool asks of a device, through public APIs only: torch.neuron / torch.cuda and
+torch_neuronx's public functions (called defensively, so a real TorchNeuron, a GPU or the
+CPU all work). Never imports torch_neuron_sim."""
+import importlib
+import os
+
+import torch
+
+
+class DeviceUnavailable(RuntimeError):
+    pass
+
+
+def check(device):
+    """Raises DeviceUnavailable unless `device` ("neuron", "cuda", "cpu", "neuron:1") can be used."""
+    kind = torch.device(device).type
+    if kind == "cpu":
+        return
+    if kind == "neuron":
+        neuronx()
+    module = getattr(torch, kind, None)
+    if module is None or not module.is_available():
+        raise DeviceUnavailable(f"device {device!r} is not available on this machine")
+
+
+def neuronx():
+    """The torch_neuronx package (AWS's or a compatible one), or DeviceUnavailable."""
+    try:
+        return importlib.import_module("torch_neuronx")
+    except ImportError as error:
+        raise DeviceUnavailable(f"torch_neuronx is not installed ({error})") from None
+
+
+def is_simulated(device):
+    """True when the device is the simulated Neuron device (its timings are host timings)."""
+    if torch.device(device).type != "neuron":
+        return False
+    return bool(getattr(neuronx(), "is_simulated", lambda: False)())
+
+
+def timing_note(device):
+    if is_simulated(device):
+        return ("host timing on the simulated Neuron device (torch_neuronx.is_simulated()), "
+                "not a Trainium prediction")
+    return f"measured on {torch.device(device).type}"
+
+
+def synchronize(device):
+    kind = torch.device(device).type
+    if kind != "cpu":
+        getattr(torch, kind).synchronize()
+
+
+def _memory_module(device):
+    kind = torch.device(device).type
+    return None if kind == "cpu" else getattr(torch, kind)
+
+
+def reset_peak(device):
+    module = _memory_module(device)
+    if module is not None:
+        for index in range(module.device_count()):
+            module.reset_peak_memory_stats(index)
+
+
+def memory_allocated(device):
+    module = _memory_module(device)
+    return None if module is None else module.memory_allocated(torch.device(device).index or 0)
+
+
+def peak_per_core(device):
+    """[{core, peak_bytes, total_bytes}] for every visible core that was used; [] on the CPU."""
+    module = _memory_module(device)
+    if module is None:
+        return []
+    cores = []
+    for index in range(module.device_count()):
+        peak = module.max_memory_allocated(index)
+        if peak:
+            total = getattr(module.get_device_properties(index), "total_memory", 0) or None
+            cores.append({"core": index, "peak_bytes": peak, "total_bytes": total})
+    return cores
+
+
+def device_name(device):
+    kind = torch.device(device).type
+    if kind == "cpu":
+        import platform
+        return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    module = getattr(torch, kind)
+    props = module.get_device_properties(torch.device(device).index or 0)
+    return f"{kind}: {getattr(props, 'name', '?')}, {module.device_count()} visible cores"
+
+
+class OpTracking:
+    """TorchNeuron's record of which ops ran on the CPU (get_fallback_ops) and which on the
+    device (get_executed_ops); empty lists off Neuron."""
+
+    def __init__(self, device):
+        self.enabled = torch.device(device).type == "neuron"
+
+    def clear(self):
+        if self.enabled:
+            getattr(neuronx(), "clear_op_tracking", lambda: None)()
+
+    def fallback_ops(self):
+        return sorted(getattr(neuronx(), "get_fallback_ops", list)()) if self.enabled else []
+
+    def executed_ops(self):
+        return sorted(getattr(neuronx(), "get_executed_ops", list)()) if self.enabled else []
+
+
+def dynamo_metrics(device):
+    """torch_neuronx.get_dynamo_metrics() as dicts ([] elsewhere or when it has none)."""
+    if torch.device(device).type != "neuron":
+        return []
+    import dataclasses
+    records = getattr(neuronx(), "get_dynamo_metrics", list)()
+    return [dataclasses.asdict(r) if dataclasses.is_dataclass(r) else dict(vars(r)) for r in records]

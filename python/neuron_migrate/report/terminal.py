@@ -1,0 +1,106 @@
+"""Rich renderables for the terminal: the fit table and the run summary."""
+from rich.table import Table
+
+from .format import count, gib, number
+
+
+def fit_table(result):
+    table = Table(title=f"{result['architecture']} ({count(result['parameters'])} parameters, {result['dtype']}): "
+                        f"batch {result['batch_per_core']} x {result['max_seq_len']} tokens per core, "
+                        f"{result['headroom_reserved']:.0%} of HBM kept free")
+    for column in ("platform", "LNC", "TP", "HBM/core", "params/core", "KV cache/core", "total/core", "fits"):
+        table.add_column(column, justify="right" if column not in ("platform", "fits") else "left")
+    for row in result["rows"]:
+        verdict = "[green]yes" if row["fits"] else "[red]no" + (f" ({'; '.join(row['problems'])})" if row["problems"] else "")
+        table.add_row(row["platform"], str(row["lnc"]), str(row["tp"]), gib(row["hbm_per_core_bytes"]),
+                      gib(row["parameter_bytes_per_core"]), gib(row["cache_bytes_per_core"]),
+                      gib(row["total_bytes_per_core"]), verdict)
+    smallest = "; ".join(f"{key}: TP={value['tp'] if value['tp'] else 'none'}"
+                         + ("" if value["among"] == "the listed degrees" else f" ({value['among']})")
+                         for key, value in result["smallest_fitting_tp"].items())
+    table.caption = f"smallest fitting TP degree: {smallest}\nKV cache: {result['cache_method']}"
+    return table
+
+
+def verdict_table(verdicts):
+    table = Table(title="Stop conditions")
+    for column in ("condition", "verdict", "measured", "limit"):
+        table.add_column(column)
+    for item in verdicts:
+        colour = {"go": "green", "no-go": "red"}.get(item["verdict"], "yellow")
+        table.add_row(item["condition"], f"[{colour}]{item['verdict']}", number(item.get("measured")),
+                      f"{item['comparison']} {number(item['limit'])}")
+    return table
+
+
+def summary(report):
+    """A short answer per question, then the verdict table."""
+    from rich.console import Group
+    from rich.panel import Panel
+    panel = Panel("\n".join(summary_lines(report)),
+                  title=f"{report.get('workload')}: {report.get('target')} vs {report.get('baseline')} "
+                        f"({report.get('status')})")
+    verdicts = report["sections"].get("verdict") or []
+    return Group(panel, verdict_table(verdicts)) if verdicts else panel
+
+
+def summary_lines(report):
+    """One line per answered question (plain text; also the report's "At a glance")."""
+    s = report["sections"]
+    lines = []
+    census = s.get("census") or {}
+    if census.get("ops") is not None:
+        lines.append(f"will it run?   {census.get('distinct_ops')} distinct ops, "
+                     f"{len(census.get('fallback_ops') or [])} run on the CPU by TorchNeuron, "
+                     f"{len(census.get('wide_values') or [])} 64-bit value problem(s), "
+                     f"{len((s.get('cuda_scan') or {}).get('findings') or [])} CUDA-only line(s)")
+    quality = s.get("quality") or {}
+    training = s.get("training") or {}
+    if quality.get("requests"):
+        lines.append(f"right?         logits max abs error {number(quality.get('logits_max_abs_error'))}, "
+                     f"greedy agreement {number(quality.get('greedy_agreement'))}")
+    if training.get("loss_max_abs_diff") is not None:
+        lines.append(f"right?         training loss max abs diff {number(training['loss_max_abs_diff'])}, restart diff "
+                     f"{number((training.get('restart') or {}).get('max_abs_diff'))}")
+    compiles = s.get("compiles") or {}
+    if "graphs_compiled" in compiles:
+        failed = compiles.get("requests_failed") or []
+        lines.append(f"compiles?      {compiles['graphs_compiled']} graphs, {compiles['recompiles']} recompiles "
+                     f"(backend {compiles['backend']})" + (f"; {len(failed)} shape(s) failed to compile, see findings"
+                                                           if failed else ""))
+    elif compiles.get("finding") or compiles.get("skipped"):
+        lines.append(f"compiles?      {compiles.get('finding') or compiles.get('skipped')}")
+    levels = ((s.get("speed") or {}).get("target") or {}).get("levels") or []
+    for level in levels:
+        lines.append(f"how fast?      concurrency {level['concurrency']}: {level['tokens_per_s']:.1f} tokens/s, "
+                     f"P95 {number(level['latency_ms']['p95'])} ms, TTFT P95 {number(level['ttft_ms']['p95'])} ms, "
+                     f"errors {level['error_rate']:.0%}")
+    if training.get("time_per_step_s") is not None:
+        lines.append(f"how fast?      {number(training['time_per_step_s'])} s per training step")
+    if report.get("target_simulated"):
+        lines.append("               (host timings on the simulated device, not a Trainium prediction)")
+    fit = s.get("fit") or {}
+    if fit.get("smallest_fitting_tp"):
+        lines.append("fits?          " + ", ".join(f"{k}: TP={v['tp']}" for k, v in fit["smallest_fitting_tp"].items()))
+    cores = (s.get("memory") or {}).get("target_peak_per_core") or []
+    if cores:
+        lines.append("               measured peak " + ", ".join(f"core {c['core']}: {c['peak_bytes'] / 2**20:.1f} MiB"
+                                                              for c in cores))
+    running = ((s.get("cost") or {}).get("running") or {}).get("target") or {}
+    if running.get("per_million_tokens") is not None:
+        lines.append(f"cost?          {number(running['per_million_tokens'])} {(s.get('cost') or {}).get('currency')} "
+                     "per 1M tokens (from host throughput)")
+    licence = s.get("licence") or {}
+    if licence:
+        lines.append(f"may we use it? model licence {(licence.get('model') or {}).get('licence')} "
+                     f"({(licence.get('model') or {}).get('status')})" + (f"; flags: {'; '.join(licence['flags'])}"
+                                                                           if licence.get("flags") else ""))
+    verdicts = s.get("verdict") or []
+    if verdicts:
+        tally = {name: sum(1 for v in verdicts if v["verdict"] == name) for name in ("go", "no-go", "not measured")}
+        lines.append("verdict:       " + ", ".join(f"{n} {name}" for name, n in tally.items() if n)
+                     + "".join(f"; NO-GO {v['condition']}" for v in verdicts if v["verdict"] == "no-go"))
+    errors = [f for f in report.get("findings") or [] if f["severity"] == "error"]
+    if errors:
+        lines.append(f"findings:      {len(errors)} error(s), first: [{errors[0]['section']}] {errors[0]['message'][:120]}")
+    return lines

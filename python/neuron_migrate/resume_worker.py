@@ -1,0 +1,47 @@
+"""Child process of the restart check (`python -m neuron_migrate.resume_worker`).
+
+`first WORKLOAD DEVICE FOLDER`: builds the workload's model as the run does, trains
+`train.checkpoint_at` steps, writes FOLDER/checkpoint.pt (model + optimizer state, written
+atomically), then keeps training until the parent kills it.
+`resume WORKLOAD DEVICE FOLDER`: builds the model afresh, loads the checkpoint, trains the
+remaining steps and writes their losses to FOLDER/resumed.json."""
+import json
+import os
+import sys
+
+import torch
+
+from . import devices, training
+from .loading import build_cpu_model, training_batches
+from .workload import load
+
+
+def main(argv):
+    phase, workload_path, device, folder = argv
+    workload = load(workload_path)
+    loaded_cpu = build_cpu_model(workload)
+    batches = training_batches(loaded_cpu, workload)
+    at = workload.train.checkpoint_at
+    loaded = training.fresh(loaded_cpu, device)
+    optimizer = torch.optim.AdamW(loaded.model.parameters(), lr=workload.train.lr)
+    checkpoint = os.path.join(folder, "checkpoint.pt")
+    if phase == "first":
+        training.steps(loaded, optimizer, batches[:at], device, training.new_record())
+        devices.synchronize(device)
+        torch.save({"model": loaded.model.state_dict(), "optimizer": optimizer.state_dict(), "step": at},
+                   checkpoint + ".tmp")
+        os.replace(checkpoint + ".tmp", checkpoint)
+        while True:  # on until killed, as a real job would be
+            training.steps(loaded, optimizer, batches[at:], device, training.new_record())
+    state = torch.load(checkpoint, map_location=device)
+    loaded.model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    record = training.new_record()
+    training.steps(loaded, optimizer, batches[at:], device, record)
+    with open(os.path.join(folder, "resumed.json"), "w", encoding="utf-8") as handle:
+        json.dump(record, handle)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,57 @@
+"""The stop conditions of the workload file, each decided on the measured value: go,
+no-go, or not measured (a condition that could not be measured is never a go)."""
+
+
+def _get(report, *path):
+    value = report
+    for key in path:
+        if value is None:
+            return None
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _worst(levels, *path, pick=max):
+    values = [_get(level, *path) for level in levels or []]
+    values = [v for v in values if v is not None]
+    return pick(values) if values else None
+
+
+def measured_values(report):
+    sections = report.get("sections", {})
+    levels = _get(sections, "speed", "target", "levels")
+    cores = _get(sections, "memory", "target_peak_per_core") or []
+    headrooms = [1 - c["peak_bytes"] / c["total_bytes"] for c in cores if c.get("total_bytes")]
+    fallback = _get(sections, "census", "fallback_ops")
+    return {
+        "logits_max_abs_error": (_get(sections, "quality", "logits_max_abs_error"), "<="),
+        "greedy_agreement_min": (_get(sections, "quality", "greedy_agreement"), ">="),
+        "loss_max_abs_diff": (_get(sections, "training", "loss_max_abs_diff"), "<="),
+        "resume_loss_max_abs_diff": (_get(sections, "training", "restart", "max_abs_diff"), "<="),
+        "p95_latency_ms": (_worst(levels, "latency_ms", "p95"), "<="),
+        "ttft_p95_ms": (_worst(levels, "ttft_ms", "p95"), "<="),
+        "error_rate_max": (_worst(levels, "error_rate"), "<="),
+        "memory_headroom_min": (min(headrooms) if headrooms else None, ">="),
+        "compiles_max": (_get(sections, "compiles", "graphs_compiled"), "<="),
+        "fallback_ops_max": (len(fallback) if fallback is not None else None, "<="),
+        "cost_per_million_tokens_max": (_get(sections, "cost", "running", "target", "per_million_tokens"), "<="),
+        "cost_per_training_run_max": (_get(sections, "cost", "running", "target", "per_training_run"), "<="),
+    }
+
+
+def decide(gates, report):
+    """[{condition, verdict, measured, limit, comparison}] for every gate the workload sets."""
+    verdicts = []
+    for name, (measured, comparison) in measured_values(report).items():
+        limit = getattr(gates, name)
+        if limit is None:
+            continue
+        if measured is None:
+            verdict = "not measured"
+        elif comparison == "<=":
+            verdict = "go" if measured <= limit else "no-go"
+        else:
+            verdict = "go" if measured >= limit else "no-go"
+        verdicts.append({"condition": name, "verdict": verdict, "measured": measured, "limit": limit,
+                         "comparison": comparison})
+    return verdicts

@@ -1,0 +1,248 @@
+"""The workload file (TOML): the model, inputs, precision and conditions every measurement
+of a run shares, and the team's stop conditions. `load(path)` returns a Workload or raises
+WorkloadError naming the field and the expected form. The schema is in docs/neuron-migrate.md."""
+import dataclasses
+import hashlib
+import json
+import os
+import tomllib
+
+SCHEMA_VERSION = 1
+DTYPES = ("float32", "bfloat16", "float16")
+TASKS = ("generate", "train")
+
+
+class WorkloadError(ValueError):
+    """A workload file that cannot be used; the message names the field and what it expects."""
+
+
+@dataclasses.dataclass
+class Model:
+    path: str = None  # folder with config.json (weights loaded unless random_init)
+    factory: str = None  # "file.py:function" returning a torch.nn.Module (custom models)
+    random_init: bool = False  # build from config.json with random weights (seeded)
+    dtype: str = "float32"
+    revision: str = None
+
+
+@dataclasses.dataclass
+class Inputs:
+    prompts: list = dataclasses.field(default_factory=list)  # texts (need a tokenizer)
+    prompt_lengths: list = dataclasses.field(default_factory=list)  # random-token prompts
+    batch_sizes: list = dataclasses.field(default_factory=lambda: [1])
+    max_new_tokens: int = 16
+    max_seq_len: int = 512
+    vocab_limit: int = None  # random tokens are drawn below this id (default: vocab size)
+
+
+@dataclasses.dataclass
+class Serve:
+    requests: int = 8
+    concurrency: list = dataclasses.field(default_factory=lambda: [1])
+    timeout_s: float = 120.0
+
+
+@dataclasses.dataclass
+class Train:
+    steps: int = 10
+    batch_size: int = 2
+    seq_len: int = 32
+    lr: float = 1e-3
+    checkpoint_at: int = 5
+    loss_target: float = None
+
+
+@dataclasses.dataclass
+class Compile:
+    enabled: bool = True
+    backend: str = "neuron"
+
+
+@dataclasses.dataclass
+class Fit:
+    platforms: list = dataclasses.field(default_factory=lambda: ["trn1", "trn2", "trn3"])
+    lnc: list = dataclasses.field(default_factory=lambda: [1, 2])
+    tp: list = dataclasses.field(default_factory=lambda: [1, 2, 4, 8])
+    batch_per_core: int = 1
+    max_seq_len: int = None  # default: inputs.max_seq_len
+    headroom: float = 0.1  # fraction of per-core HBM kept free for activations and workspace
+
+
+@dataclasses.dataclass
+class Cost:
+    currency: str = "USD"
+    price_per_hour: dict = dataclasses.field(default_factory=dict)  # device kind -> price
+    engineering_hours: float = 0.0
+    engineering_rate_per_hour: float = 0.0
+    training_run_steps: int = None
+
+
+@dataclasses.dataclass
+class Licence:
+    dataset: str = None  # licence id of the dataset, or a path to its card/README
+    allowed: list = dataclasses.field(default_factory=list)  # extra licence ids the team accepts
+
+
+@dataclasses.dataclass
+class Gates:
+    logits_max_abs_error: float = None
+    greedy_agreement_min: float = None
+    loss_max_abs_diff: float = None
+    resume_loss_max_abs_diff: float = None
+    p95_latency_ms: float = None
+    ttft_p95_ms: float = None
+    error_rate_max: float = None
+    memory_headroom_min: float = None
+    compiles_max: int = None
+    fallback_ops_max: int = None
+    cost_per_million_tokens_max: float = None
+    cost_per_training_run_max: float = None
+
+
+@dataclasses.dataclass
+class Workload:
+    name: str
+    task: str
+    seed: int
+    scripts: list
+    model: Model
+    inputs: Inputs
+    serve: Serve
+    train: Train
+    compile: Compile
+    fit: Fit
+    cost: Cost
+    licence: Licence
+    gates: Gates
+    path: str  # the workload file
+    text: str  # its exact text (kept in the lock record)
+
+    def conditions(self):
+        """What every compared measurement must share: model, precision, inputs, shapes,
+        training and compile settings. Gates, prices and licences are not conditions."""
+        return {"task": self.task, "seed": self.seed, "model": dataclasses.asdict(self.model),
+                "inputs": dataclasses.asdict(self.inputs), "serve": dataclasses.asdict(self.serve),
+                "train": dataclasses.asdict(self.train) if self.task == "train" else None,
+                "compile": dataclasses.asdict(self.compile)}
+
+    def resolve(self, relative):
+        """A path from the workload file, relative to the file's folder."""
+        if relative is None or os.path.isabs(relative):
+            return relative
+        return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(self.path)), relative))
+
+
+def digest(value):
+    """A short stable hash of a JSON-able value."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+               list: "a list", dict: "a table"}
+
+
+def _check_type(where, value, expected):
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if expected is int and isinstance(value, bool) or not isinstance(value, expected):
+        raise WorkloadError(f"{where}: expected {_TYPE_NAMES[expected]}, got {value!r}")
+    return value
+
+
+def _section(data, name, cls, element_types=None):
+    """Fills dataclass `cls` from table `name`; unknown keys and wrong types are errors."""
+    table = data.get(name, {})
+    if not isinstance(table, dict):
+        raise WorkloadError(f"[{name}]: expected a table, got {table!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in table.items():
+        if key not in fields:
+            raise WorkloadError(f"{name}.{key}: unknown field (expected one of: {', '.join(fields)})")
+        default = getattr(cls(), key)
+        expected = type(default) if default is not None else _FIELD_TYPES.get((name, key), str)
+        value = _check_type(f"{name}.{key}", value, expected)
+        if expected is list and element_types and key in element_types:
+            for item in value:
+                _check_type(f"{name}.{key}[]", item, element_types[key])
+        values[key] = value
+    return cls(**values)
+
+
+# Types of fields whose default is None.
+_FIELD_TYPES = {("model", "revision"): str, ("inputs", "vocab_limit"): int,
+                ("train", "loss_target"): float, ("fit", "max_seq_len"): int,
+                ("cost", "training_run_steps"): int, ("licence", "dataset"): str,
+                **{("gates", f.name): (int if f.name in ("compiles_max", "fallback_ops_max") else float)
+                   for f in dataclasses.fields(Gates)}}
+
+
+def load(path):
+    """Reads and validates a workload file; raises WorkloadError."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as error:
+        raise WorkloadError(f"{path}: cannot read the workload file ({error.strerror})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise WorkloadError(f"{path}: not valid TOML ({error})") from None
+    known = {"workload", "model", "inputs", "serve", "train", "compile", "fit", "cost", "licence", "gates"}
+    for key in data:
+        if key not in known:
+            raise WorkloadError(f"[{key}]: unknown table (expected one of: {', '.join(sorted(known))})")
+
+    head = data.get("workload")
+    if not isinstance(head, dict):
+        raise WorkloadError("[workload]: missing table (expected name = \"...\", task = \"generate\" or \"train\")")
+    for key in head:
+        if key not in ("name", "task", "seed", "script", "schema_version"):
+            raise WorkloadError(f"workload.{key}: unknown field (expected name, task, seed, script, schema_version)")
+    if "name" not in head:
+        raise WorkloadError("workload.name: missing (expected a string naming the workload)")
+    name = _check_type("workload.name", head["name"], str)
+    task = _check_type("workload.task", head.get("task", "generate"), str)
+    if task not in TASKS:
+        raise WorkloadError(f"workload.task: expected one of {', '.join(TASKS)}, got {task!r}")
+    seed = _check_type("workload.seed", head.get("seed", 0), int)
+    version = _check_type("workload.schema_version", head.get("schema_version", SCHEMA_VERSION), int)
+    if version != SCHEMA_VERSION:
+        raise WorkloadError(f"workload.schema_version: this tool reads version {SCHEMA_VERSION}, got {version}")
+    scripts = head.get("script", [])
+    scripts = [scripts] if isinstance(scripts, str) else _check_type("workload.script", scripts, list)
+
+    model = _section(data, "model", Model)
+    if "model" not in data or not (model.path or model.factory):
+        raise WorkloadError("model.path: missing (expected a folder with config.json, "
+                            "or model.factory = \"file.py:function\")")
+    if model.dtype not in DTYPES:
+        raise WorkloadError(f"model.dtype: expected one of {', '.join(DTYPES)}, got {model.dtype!r}")
+    if model.factory and ":" not in model.factory:
+        raise WorkloadError(f"model.factory: expected \"file.py:function\", got {model.factory!r}")
+
+    int_lists = {"prompt_lengths": int, "batch_sizes": int, "prompts": str}
+    inputs = _section(data, "inputs", Inputs, int_lists)
+    if not inputs.prompts and not inputs.prompt_lengths:
+        raise WorkloadError("inputs.prompts: missing (expected a list of texts, or "
+                            "inputs.prompt_lengths = [8, 16, ...] for random-token prompts)")
+    for field in ("prompt_lengths", "batch_sizes"):
+        if any(v <= 0 for v in getattr(inputs, field)) or not inputs.batch_sizes:
+            raise WorkloadError(f"inputs.{field}: expected a non-empty list of positive integers")
+    serve = _section(data, "serve", Serve, {"concurrency": int})
+    if not serve.concurrency or any(c <= 0 for c in serve.concurrency):
+        raise WorkloadError("serve.concurrency: expected a non-empty list of positive integers")
+    train = _section(data, "train", Train)
+    if train.checkpoint_at >= train.steps or train.checkpoint_at <= 0:
+        raise WorkloadError(f"train.checkpoint_at: expected 0 < checkpoint_at < steps ({train.steps}), "
+                            f"got {train.checkpoint_at}")
+    compile_ = _section(data, "compile", Compile)
+    fit = _section(data, "fit", Fit, {"platforms": str, "lnc": int, "tp": int})
+    cost = _section(data, "cost", Cost)
+    for device, price in cost.price_per_hour.items():
+        _check_type(f"cost.price_per_hour.{device}", price, float)
+    licence = _section(data, "licence", Licence, {"allowed": str})
+    gates = _section(data, "gates", Gates)
+    return Workload(name=name, task=task, seed=seed, scripts=scripts, model=model, inputs=inputs,
+                    serve=serve, train=train, compile=compile_, fit=fit, cost=cost, licence=licence,
+                    gates=gates, path=os.path.abspath(path), text=raw.decode("utf-8"))

@@ -1,0 +1,71 @@
+"""neuron-migrate census: ops with dtypes and shapes, TorchNeuron's CPU-fallback ops, 64-bit
+values that 32-bit computation would not keep, bytes copied between host and device."""
+import importlib.util
+import os
+
+import torch
+
+from migrate_helpers import DATA
+from neuron_migrate import devices
+from neuron_migrate.census import OpCensus, fallback_report
+
+
+def _tiny(name):
+    spec = importlib.util.spec_from_file_location("migrate_tiny_models", os.path.join(DATA, "custom_models.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)()
+
+
+def test_fallback_op_of_a_model_is_reported_with_its_shapes():
+    model = _tiny("filtered").to("neuron")
+    tracking = devices.OpTracking("neuron")
+    census = OpCensus()
+    tracking.clear()
+    with census, torch.no_grad():
+        model(torch.tensor([[3, 4, 5]]).to("neuron")).cpu()
+    summary = census.summary()
+    fallback = tracking.fallback_ops()
+    assert any(name.startswith("aten::isin") for name in fallback), fallback
+    assert any(name.startswith("aten::addmm") for name in tracking.executed_ops())
+    detail = {d["op"]: d for d in fallback_report(summary, fallback)}
+    isin = next(d for name, d in detail.items() if name.startswith("aten::isin"))
+    assert isin["count"] >= 1 and "int64[64] int64[3] -> bool[64]" in isin["signatures"]
+    names = {o["op"] for o in summary["ops"]}
+    assert {"aten::embedding", "aten::tanh", "aten::masked_fill.Scalar"} <= names
+    assert summary["copies_bytes"]["cpu->neuron"] == 3 * 8  # the input ids
+    assert summary["copies_bytes"]["neuron->cpu"] == 3 * 64 * 4  # the logits
+    assert summary["wide_values"] == []  # value checks are off on the evaluated device
+
+
+def test_int64_beyond_int32_is_found_on_the_baseline():
+    model = _tiny("hashed")
+    census = OpCensus(check_64bit=True)
+    with census, torch.no_grad():
+        model(torch.tensor([[7, 9, 11]]))
+    wide = census.summary()["wide_values"]
+    first = wide[0]
+    assert first["op"] == "aten::mul.Tensor" and first["dtype"] == "int64"
+    assert first["sample_value"] == 11 * 2654435761 and first["sample_value"] > 2**31
+    assert first["problem"] == "beyond the int32 range"
+
+
+def test_float64_values_that_float32_changes():
+    census = OpCensus(check_64bit=True)
+    with census:
+        small = torch.tensor([1.0, 0.5], dtype=torch.float64) * 2  # exact in float32
+        huge = torch.tensor([1e300], dtype=torch.float64) + 1  # overflows float32
+        tiny = torch.tensor([1e-42], dtype=torch.float64) * 1  # float32 subnormal: loses digits
+    wide = {(w["op"], w["sample_value"]) for w in census.summary()["wide_values"]}
+    # the constants are flagged where they enter (lift_fresh) and in the ops that use them;
+    # the values float32 keeps exactly (1.0, 0.5, 2.0) are not
+    assert ("aten::add.Tensor", 1e300) in wide and ("aten::mul.Tensor", 1e-42) in wide
+    assert {value for _, value in wide} == {1e300, 1e-42}
+    overflow = next(w for w in census.summary()["wide_values"] if w["op"] == "aten::add.Tensor")
+    assert overflow["as_float32"] == float("inf") and overflow["dtype"] == "float64"
+    assert small.dtype == huge.dtype == tiny.dtype == torch.float64
+
+
+def test_fallback_tracking_is_off_the_neuron_device():
+    tracking = devices.OpTracking("cpu")
+    assert not tracking.enabled and tracking.fallback_ops() == []

@@ -1,0 +1,68 @@
+"""neuron-migrate on a training workload: loss curve and gradient norms against the baseline,
+time per step, time to the loss target, restart from a checkpoint file, cost per run."""
+import pytest
+
+from migrate_helpers import run, tiny_llama_folder, write
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("train")
+    model = tiny_llama_folder(folder)
+    path = write(folder, "w.toml", f"""
+[workload]
+name = "train"
+task = "train"
+[model]
+path = "{model}"
+random_init = true
+[inputs]
+prompt_lengths = [8]
+[train]
+steps = 6
+batch_size = 2
+seq_len = 16
+lr = 0.01
+checkpoint_at = 3
+loss_target = 100.0
+[compile]
+enabled = false
+[cost]
+price_per_hour = {{ neuron = 2.0 }}
+training_run_steps = 1000
+[gates]
+loss_max_abs_diff = 0.001
+resume_loss_max_abs_diff = 0.0
+""")
+    return run(path, str(folder / "r"))
+
+
+def test_loss_curves_match_the_baseline(trained):
+    status, report = trained
+    training = report["sections"]["training"]
+    assert len(training["target"]["loss"]) == len(training["baseline"]["loss"]) == 6
+    assert len(training["target"]["grad_norm"]) == 6
+    assert training["loss_max_abs_diff"] <= 1e-3
+    assert training["target"]["loss"][-1] < training["target"]["loss"][0]  # it learns
+    assert training["grad_norm_max_rel_diff"] < 1e-3
+
+
+def test_restart_from_checkpoint_gives_the_same_losses(trained):
+    restart = trained[1]["sections"]["training"]["restart"]
+    assert restart["checkpoint_at"] == 3 and len(restart["losses_after_restart"]) == 3
+    assert restart["max_abs_diff"] == 0.0 and restart["checkpoint_bytes"] > 0
+    assert restart["killed_with"] == "SIGKILL"  # the first training process was killed, not stopped
+    verdicts = {v["condition"]: v["verdict"] for v in trained[1]["sections"]["verdict"]}
+    assert verdicts == {"loss_max_abs_diff": "go", "resume_loss_max_abs_diff": "go"} and trained[0] == 0
+
+
+def test_step_time_target_and_run_cost(trained):
+    sections = trained[1]["sections"]
+    training = sections["training"]
+    assert training["time_per_step_s"] > 0 and training["time_to_loss_target_s"] == training["target"]["step_seconds"][0]
+    cost = sections["cost"]["running"]["target"]
+    assert cost["per_training_run"] == pytest.approx(training["time_per_step_s"] * 1000 / 3600 * 2.0)
+    assert sections["census"]["covers"].startswith("two training steps")
+    assert any(o["op"] == "aten::mm" for o in sections["census"]["ops"])
+    assert any(op.startswith("aten::_fused_adamw") or op.startswith("aten::_foreach") or op.startswith("aten::addcdiv")
+               for op in [o["op"] for o in sections["census"]["ops"]])
