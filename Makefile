@@ -15,7 +15,7 @@ DEBIAN_PACKAGES := g++ cmake ninja-build libgtest-dev ccache
 SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h runtime/*.cpp runtime/*.h) setup.py
 EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
-.PHONY: demo test test-runtime test-runtime-sanitizers test-python bench conformance deps venv build clean
+.PHONY: demo test test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean
 
 demo: build
 	$(PY) scripts/demo.py
@@ -23,7 +23,7 @@ demo: build
 	$(PY) -m neuron_migrate run demo/migrate/workload.toml --on neuron --baseline cpu \
 	  --out build/neuron-migrate-demo --no-progress || test $$? -eq 3
 
-test: test-runtime test-runtime-sanitizers test-python
+test: test-runtime test-runtime-sanitizers test-python test-python-guarded
 
 bench: build
 	$(PY) bench/bench.py --output BENCHMARKS.md
@@ -77,6 +77,14 @@ test-runtime-sanitizers: deps
 
 test-python: build
 	$(PY) -m pytest -q tests
+
+# A subset with device memory guarded (NEURON_SIM_MEMORY_GUARD=1: inaccessible outside
+# kernels and copies), in launch-blocking and asynchronous mode.
+GUARDED_TESTS := tests/test_ops.py tests/test_generate.py tests/test_autograd_amp.py tests/test_memory.py \
+	tests/test_serialization.py tests/test_streams.py tests/test_rng.py
+test-python-guarded: build
+	NEURON_SIM_MEMORY_GUARD=1 $(PY) -m pytest -q -p no:cacheprovider $(GUARDED_TESTS)
+	NEURON_SIM_MEMORY_GUARD=1 NEURON_LAUNCH_BLOCKING=0 $(PY) -m pytest -q -p no:cacheprovider $(GUARDED_TESTS)
 
 clean:
 	rm -rf build build-runtime build-asan build-tsan python/torch_neuron_sim/_C*.so $(EXTENSION) *.egg-info python/*.egg-info

@@ -3,7 +3,8 @@
 // A task on a stream never needs the GIL (tasks hold runtime buffers and fresh host
 // views, never tensors owned by Python; custom ops written in Python never run on a
 // stream), so a wait cannot deadlock on it. Waits still release it, so that other Python
-// threads run meanwhile.
+// threads run meanwhile, except where the caller may hold a lock that another Python thread
+// takes while holding the GIL (a generator's mutex): releasing there would invert the two.
 #pragma once
 
 #include <Python.h>

@@ -3,7 +3,6 @@
 #include <deque>
 #include <mutex>
 
-#include "HostWait.h"
 #include "NeuronCommon.h"
 
 namespace torch_neuron {
@@ -15,11 +14,14 @@ NeuronGeneratorImpl::NeuronGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
 
 namespace {
 // Waits for queued work on `device` (see the header) unless the runtime is not running.
+// The GIL stays held: Python calls these methods holding this generator's mutex, and
+// another Python thread may hold the GIL while it waits for that mutex. (Queued work never
+// needs the GIL, so waiting with it cannot deadlock.)
 void drain(c10::DeviceIndex device) {
   if (!neuron_rt::Runtime::initialized() || neuron_rt::Runtime::in_bad_fork()) return;
   auto& rt = runtime();
   if (rt.launch_blocking()) return;
-  without_gil([&] { NEURON_RT_CALL(rt.synchronize(device)); });
+  NEURON_RT_CALL(rt.synchronize(device));
 }
 }  // namespace
 

@@ -43,3 +43,36 @@ def test_native_64bit_setting_computes_in_64_bits():
         env={"NEURON_SIM_NATIVE_64BIT": "1"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", str(2**31), "True"]
+
+
+def test_float64_multi_output_ops_keep_their_outputs_apart():
+    # review item 1: widened temporaries lent their freed address to the next output, so
+    # float64 std_mean / var_mean returned the std as the mean, in one storage
+    x = torch.randn(1000, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    n = x.to("neuron")
+    for op in (torch.std_mean, torch.var_mean):
+        spread, mean = op(n)
+        expected_spread, expected_mean = op(x)
+        assert spread.untyped_storage().data_ptr() != mean.untyped_storage().data_ptr()
+        torch.testing.assert_close(mean.cpu(), expected_mean, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(spread.cpu(), expected_spread, rtol=1e-5, atol=1e-5)
+    var, mean = torch.var_mean(n.reshape(10, 100), dim=1)
+    torch.testing.assert_close(mean.cpu(), x.reshape(10, 100).mean(1), rtol=1e-5, atol=1e-5)
+
+
+def test_ops_torchneuron_runs_on_the_cpu_compute_in_64_bits():
+    # TorchNeuron runs ops outside its native set on the CPU, whose kernels compute 64-bit
+    # values exactly (Note [64-bit as 32-bit]); argmax is one of them
+    big = torch.tensor([2**40, 2**40 + 1, 3], dtype=torch.int64)
+    assert torch.argmax(big.to("neuron")).item() == 1
+    assert (big.to("neuron") + 1).cpu().tolist() != (big + 1).tolist()  # add is native: 32-bit
+
+
+def test_the_rule_is_one_module_shared_with_the_compiler():
+    rule = torch_neuronx._sim._C.narrowing_rule
+    assert rule("aten::add.Tensor") == {"exact": False, "value_arguments": ["self", "other", "alpha"],
+                                       "dtype_argument": None}
+    assert rule("aten::index_select")["exact"] and rule("aten::cat")["exact"]
+    assert rule("aten::gather")["exact"]
+    assert rule("aten::sum.dim_IntList")["dtype_argument"] == "dtype"
+    assert "index" not in rule("aten::index_add")["value_arguments"]

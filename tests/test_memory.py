@@ -76,3 +76,40 @@ def test_scratch_memory_of_cpu_kernels_is_returned():
         del y
     torch.neuron.synchronize()  # frees are stream-ordered in asynchronous mode
     assert torch.neuron.memory_allocated() == before
+
+
+def test_a_custom_ops_own_allocations_stay_host_memory():
+    # review item 4: the redirect served a custom op's cached CPU table from the device's HBM
+    cache = {}
+
+    @torch.library.custom_op("neuron_test::scale", mutates_args=(), device_types="cpu")
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        if "table" not in cache:
+            cache["table"] = torch.ones(4 << 20)  # 16 MiB the library keeps
+        return x * 2
+
+    x = torch.ones(4, device="neuron")
+    torch.neuron.synchronize()
+    before = torch.neuron.memory_allocated()
+    y = scale(x)
+    assert y.device.type == "neuron" and y.cpu().tolist() == [2.0] * 4
+    assert torch.neuron.memory_allocated() - before < 1 << 20  # y only, not the 16 MiB table
+    assert cache["table"].device.type == "cpu"
+
+
+
+def test_memory_guard_faults_a_host_access_that_bypasses_the_runtime():
+    # NEURON_SIM_MEMORY_GUARD=1: device memory is mapped inaccessible outside kernels and
+    # copies, so a stray host read faults at the access instead of reading stale data
+    code = textwrap.dedent("""
+        import ctypes, torch, torch_neuronx
+        x = torch.full((4,), 3.0, device="neuron")
+        print("through the runtime:", x.sum().item(), repr(x.cpu().tolist()), flush=True)
+        ctypes.c_float.from_address(x.data_ptr()).value
+        print("not reached", flush=True)
+    """)
+    result = run_python(code, env={"NEURON_SIM_MEMORY_GUARD": "1"})
+    assert "through the runtime: 12.0 [3.0, 3.0, 3.0, 3.0]" in result.stdout, result.stderr
+    assert "not reached" not in result.stdout and result.returncode == -11  # SIGSEGV
+    unguarded = run_python(code, env={"NEURON_SIM_MEMORY_GUARD": "0"})
+    assert "not reached" in unguarded.stdout

@@ -33,3 +33,28 @@ def test_generators_and_dropout():
     d = torch.nn.functional.dropout(torch.ones(1000, device="neuron"), p=0.5)
     kept = (d.cpu() > 0).float().mean().item()
     assert 0.4 < kept < 0.6
+
+
+def test_state_changes_from_another_thread_never_tear_a_draw():
+    # review item 3: the generator's state methods and the CPU kernels took different locks
+    import threading
+    torch.neuron.manual_seed(123)
+    state = torch.neuron.get_rng_state()
+    reference = torch.randn(400000, device="neuron").cpu()
+    stop = threading.Event()
+
+    def resetter():  # keeps setting the same state: harmless once it waits for the draw's lock
+        while not stop.is_set():
+            torch.neuron.set_rng_state(state)
+
+    thread = threading.Thread(target=resetter)
+    thread.start()
+    try:
+        torn = 0
+        for _ in range(50):
+            torch.neuron.set_rng_state(state)
+            torn += int(not torch.equal(torch.randn(400000, device="neuron").cpu(), reference))
+    finally:
+        stop.set()
+        thread.join()
+    assert torn == 0

@@ -48,3 +48,52 @@ def test_forked_child_after_parent_initialised_gets_clear_error():
     assert result.returncode == 0, result.stderr
     assert "child exit 0" in result.stdout
     assert "parent still works 2.0" in result.stdout
+
+
+def test_forked_child_may_free_inherited_tensors_and_run_cpu_convolutions():
+    # review item 2: every deleter called Runtime::get(), which throws in a forked child
+    code = textwrap.dedent("""
+        import os, torch, torch_neuronx
+        t = torch.ones(1000, device="neuron")
+        pid = os.fork()
+        if pid == 0:
+            del t                                                   # an inherited neuron tensor
+            torch.nn.functional.conv2d(torch.randn(8, 16, 32, 32), torch.randn(32, 16, 3, 3))  # oneDNN raw frees
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child exit status:", os.waitstatus_to_exitcode(status))
+        print("parent:", (t * 2).sum().item())
+    """)
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert "child exit status: 0" in result.stdout and "parent: 2000.0" in result.stdout
+
+
+def test_dataloader_fork_workers_run_cpu_convolutions_while_the_parent_trains_on_neuron():
+    code = textwrap.dedent("""
+        import torch, torch_neuronx
+        from torch.utils.data import DataLoader, Dataset
+
+        class Images(Dataset):
+            conv = torch.nn.Conv2d(3, 4, 3, padding=1)          # CPU work in the workers
+            def __len__(self):
+                return 16
+            def __getitem__(self, i):
+                with torch.no_grad():
+                    x = self.conv(torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(i)))
+                return x[0], i % 2
+
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4 * 16 * 16, 2)).to("neuron")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        loader = DataLoader(Images(), batch_size=4, num_workers=2, multiprocessing_context="fork")
+        losses = []
+        for epoch in range(2):
+            for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(model(x.to("neuron")), y.to("neuron"))
+                optimizer.zero_grad(); loss.backward(); optimizer.step()
+                losses.append(loss.item())
+        print("steps", len(losses), "finite", all(l == l for l in losses))
+    """)
+    result = run_python(code, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "steps 8 finite True" in result.stdout
