@@ -31,7 +31,7 @@ bench: build
 # Full conformance sweeps (not in CI): every OpInfo against CPU -> COVERAGE.md, every
 # causal-LM architecture of transformers -> COMPAT.md. Filter with ONLY=name.
 conformance: build
-	$(PY) -m conformance.opinfo_sweep --output COVERAGE.md $(if $(ONLY),--only $(ONLY))
+	$(PY) -m conformance.opinfo_sweep --output COVERAGE.md --async-too $(if $(ONLY),--only $(ONLY))
 	$(PY) -m conformance.arch_sweep --output COMPAT.md $(if $(ONLY),--only $(ONLY))
 
 # Debian packages: compilers, cmake, ninja, GoogleTest, ccache. Checked every run.

@@ -2,8 +2,8 @@
 
     python -m conformance.opinfo_sweep --output COVERAGE.md [--only SUBSTR ...] [--max-samples N]
 
-For each OpInfo and each dtype of float32, bfloat16, int64, bool that the op supports on
-CPU, every sample of `op.sample_inputs("cpu", dtype)` runs on CPU and, moved to neuron, on
+For each OpInfo and each dtype of float32, float64, bfloat16, int64, bool that the op supports
+on CPU, every sample of `op.sample_inputs("cpu", dtype)` runs on CPU and, moved to neuron, on
 neuron; the results are compared. Variants: forward (`op`), in-place
 (`op.inplace_variant`), out= (`op.supports_out`) and, in float32 for ops with
 `op.supports_autograd`, gradients. A test calls `run_sweep(...)` and gets structured
@@ -48,6 +48,9 @@ Rules (also written into COVERAGE.md):
   64 bits: if it then passes, the difference is not a failure but its own class, `64-bit`
   (values that need more than 32 bits): what a script moved to the device would meet.
   With NEURON_SIM_NATIVE_64BIT=1 neither applies.
+- Asynchronous mode: with `--async-too` the whole sweep runs a second time with
+  NEURON_LAUNCH_BLOCKING=0 (kernels queued on the stream, Note [Asynchronous kernels]); the
+  report lists every pair whose status differs between the two modes.
 - No timeouts and no signals: each sample runs to completion. The CLI runs the sweep in a
   worker process that journals every (op, dtype) pair; when the worker dies (a crash in
   the backend), the pair it was running is recorded as a failure and a new worker goes on
@@ -78,9 +81,10 @@ import torch_neuronx  # noqa: F401  (registers the "neuron" device)
 DEVICE = "neuron"
 # The device computes float64 / int64 in 32 bits unless NEURON_SIM_NATIVE_64BIT=1.
 EMULATES_64BIT = bool(torch_neuronx._sim._C.computes_64bit_as_32bit())
-DEFAULT_DTYPES = ("float32", "bfloat16", "int64", "bool")
+DEFAULT_DTYPES = ("float32", "float64", "bfloat16", "int64", "bool")
 DTYPES = {
     "float32": torch.float32,
+    "float64": torch.float64,
     "bfloat16": torch.bfloat16,
     "int64": torch.int64,
     "bool": torch.bool,
@@ -409,7 +413,10 @@ class Tolerance:
 
 
 def tolerances(op, dtype) -> Tolerance:
-    atol, rtol = TOLERANCES.get(dtype, (0.0, 0.0))
+    if dtype == torch.float64:  # computed in 32 bits on the device, unless NEURON_SIM_NATIVE_64BIT=1
+        atol, rtol = TOLERANCES[torch.float32] if EMULATES_64BIT else (1e-7, 1e-7)
+    else:
+        atol, rtol = TOLERANCES.get(dtype, (0.0, 0.0))
     for info in getattr(op, "decorators", ()) or ():
         if getattr(info, "device_type", None) not in (None, "cpu"):
             continue
@@ -788,7 +795,7 @@ def run_sweep(op_names=None, dtypes=None, max_samples=None, *, only=None, progre
     """Runs the sweep; returns one PairResult per (OpInfo, dtype).
 
     op_names: exact OpInfo names (all their variants) or "name.variant" keys; None = all.
-    dtypes: names from DTYPES; None = float32, bfloat16, int64, bool.
+    dtypes: names from DTYPES; None = all of DEFAULT_DTYPES.
     max_samples: cap on the samples per (op, dtype) and variant; None = unlimited.
     only: substrings of the op key (the CLI's --only).
     """
@@ -887,7 +894,7 @@ KNOWN_CAUSES = {
 
 
 def write_coverage(results: list[PairResult], path, *, seconds=None, max_samples=None,
-                   dtypes=DEFAULT_DTYPES, op_count=None, command=None):
+                   dtypes=DEFAULT_DTYPES, op_count=None, command=None, async_results=None):
     s = summary(results)
     rows = sorted(results, key=lambda r: (r.op, list(DTYPES).index(r.dtype)))
     by_op = {}
@@ -919,6 +926,10 @@ def write_coverage(results: list[PairResult], path, *, seconds=None, max_samples
         c = variant_counts[name]
         out.append(f"- {name}: {c['pass']} pass, {c['fail']} fail, {c['64-bit']} 64-bit, "
                    f"{c['not-run']} not-run")
+    for dtype in dtypes:
+        ds = summary([r for r in results if r.dtype == dtype])
+        out.append(f"- {dtype}: {ds['passed']} of {ds['ran']} pairs pass ({ds['percent']:.1f}%), "
+                   f"{ds['failed']} fail, {ds['wide']} 64-bit")
     out.append("")
     out.append("A pair is an (OpInfo, dtype); `dtype unsupported` pairs (the op does not list "
                "the dtype for CPU) are counted above but left out of the table, except for ops "
@@ -947,18 +958,42 @@ def write_coverage(results: list[PairResult], path, *, seconds=None, max_samples
             out.append(f"| {_md(r.op)} | {r.dtype} | {_md(r.reason)} |")
         out.append("")
 
+    if async_results is not None:
+        out.append("## Asynchronous mode\n")
+        out.append(f"The same sweep with NEURON_LAUNCH_BLOCKING=0 (kernels queued on the stream): "
+                   f"**{summary_line(async_results)}.**\n")
+        blocking = {(r.op, r.dtype): r for r in results}
+        differ = [r for r in sorted(async_results, key=lambda r: (r.op, r.dtype))
+                  if (r.op, r.dtype) in blocking and blocking[(r.op, r.dtype)].status != r.status]
+        if differ:
+            out.append("Pairs whose status differs from launch-blocking mode:\n")
+            out.append("| op | dtype | launch-blocking | asynchronous | reason (asynchronous) |")
+            out.append("|---|---|---|---|---|")
+            for r in differ:
+                out.append(f"| {_md(r.op)} | {r.dtype} | {blocking[(r.op, r.dtype)].status} | {r.status} "
+                           f"| {_md(r.reason)} |")
+        else:
+            out.append("Every pair has the same status in both modes.")
+        out.append("")
+
     out.append("## All pairs\n")
-    out.append("| op | dtype | forward | inplace | out | grad | reason |")
-    out.append("|---|---|---|---|---|---|---|")
+    out.append("One row per OpInfo, one column per dtype: the pair's status, with the variant "
+               "that failed (forward, inplace, out, grad) when it fails; — the op does not support "
+               "the dtype on CPU.\n")
+    out.append("| op | " + " | ".join(dtypes) + " |")
+    out.append("|---|" + "---|" * len(dtypes))
+
+    def pair_cell(r):
+        if r is None or r.forward.reason == "dtype unsupported":
+            return "—"
+        if r.status == "fail":
+            failed = [name for name, v in r.variants() if v.status == "fail"]
+            return "**FAIL** (" + ", ".join(failed) + ")"
+        return {"pass": "pass", "64-bit": "64-bit", "not-run": "not-run"}.get(r.status, r.status)
+
     for op_name, pairs in by_op.items():
-        shown = [r for r in pairs if r.forward.reason != "dtype unsupported"]
-        if not shown:
-            out.append(f"| {_md(op_name)} | — | not-run | — | — | — | dtype unsupported "
-                       f"(none of {', '.join(dtypes)}) |")
-            continue
-        for r in shown:
-            out.append(f"| {_md(r.op)} | {r.dtype} | {_cell(r.forward)} | {_cell(r.inplace)} "
-                       f"| {_cell(r.out)} | {_cell(r.grad)} | {_md(r.reason)} |")
+        by_dtype = {r.dtype: r for r in pairs}
+        out.append(f"| {_md(op_name)} | " + " | ".join(pair_cell(by_dtype.get(d)) for d in dtypes) + " |")
     out.append("")
     with open(path, "w") as f:
         f.write("\n".join(out))
@@ -1020,41 +1055,23 @@ def crashed_pair(key, dtype, variant, index, reason) -> PairResult:
     return pair
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", action="append", metavar="SUBSTR",
-                        help="run only OpInfos whose name contains SUBSTR (repeatable)")
-    parser.add_argument("--output", default="COVERAGE.md", help="report path (Markdown)")
-    parser.add_argument("--max-samples", type=int, default=None, metavar="N",
-                        help="at most N samples per (op, dtype) and variant (default: all)")
-    parser.add_argument("--dtype", action="append", choices=list(DTYPES),
-                        help="dtypes to run (repeatable; default: all four)")
-    parser.add_argument("--journal", default=None,
-                        help="journal file (default: OUTPUT.journal.jsonl, removed at the end)")
-    parser.add_argument("--json", default=None, help="also write the results as JSON here")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    args.dtype = args.dtype or list(DEFAULT_DTYPES)
-    if args.worker:
-        return _worker(args)
-
-    journal = args.journal or args.output + ".journal.jsonl"
-    if os.path.exists(journal) and args.journal is None:
+def _run_workers(journal, argv, env, fresh):
+    """Runs the sweep in worker processes journaling to `journal`, restarting after a crash;
+    returns the results (None when it gave up)."""
+    if fresh and os.path.exists(journal):
         os.remove(journal)
-    command = [sys.executable, "-m", "conformance.opinfo_sweep", "--worker",
-               "--journal", journal] + (argv if argv is not None else sys.argv[1:])
-    start = time.perf_counter()
+    command = [sys.executable, "-m", "conformance.opinfo_sweep", "--worker", "--journal", journal] + argv
+    full_env = dict(os.environ, **(env or {}))
     crashes = 0
     while True:
-        code = subprocess.call(command)
+        code = subprocess.call(command, env=full_env)
         if code == 0:
             break
         started, stages, done = _read_journal(journal)
         unfinished = [s for s in started if s not in done]
         if not unfinished or crashes >= 100:
             print(f"worker exited with {code}; giving up", file=sys.stderr)
-            return code or 1
+            return None
         key, dtype = unfinished[-1]
         crashes += 1
         reason = (f"the process died (exit {code}, signal {-code})" if code < 0
@@ -1064,14 +1081,50 @@ def main(argv=None):
         pair = crashed_pair(key, dtype, variant, index, reason)
         with open(journal, "a") as f:
             f.write(json.dumps({"result": pair.to_json()}) + "\n")
-    seconds = time.perf_counter() - start
     _, _, done = _read_journal(journal)
-    results = list(done.values())
+    return list(done.values())
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", metavar="SUBSTR",
+                        help="run only OpInfos whose name contains SUBSTR (repeatable)")
+    parser.add_argument("--output", default="COVERAGE.md", help="report path (Markdown)")
+    parser.add_argument("--max-samples", type=int, default=None, metavar="N",
+                        help="at most N samples per (op, dtype) and variant (default: all)")
+    parser.add_argument("--dtype", action="append", choices=list(DTYPES),
+                        help="dtypes to run (repeatable; default: all of them)")
+    parser.add_argument("--journal", default=None,
+                        help="journal file (default: OUTPUT.journal.jsonl, removed at the end)")
+    parser.add_argument("--json", default=None, help="also write the results as JSON here")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--async-too", action="store_true",
+                        help="run the sweep again with NEURON_LAUNCH_BLOCKING=0 and report the differences")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.dtype = args.dtype or list(DEFAULT_DTYPES)
+    if args.worker:
+        return _worker(args)
+
+    journal = args.journal or args.output + ".journal.jsonl"
+    passthrough = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--async-too"]
+    start = time.perf_counter()
+    results = _run_workers(journal, passthrough, env=None, fresh=args.journal is None)
+    if results is None:
+        return 1
+    async_results = None
+    if args.async_too:
+        async_journal = journal + ".async"
+        async_results = _run_workers(async_journal, passthrough, env={"NEURON_LAUNCH_BLOCKING": "0"}, fresh=True)
+        if async_results is None:
+            return 1
+        os.remove(async_journal)
+    seconds = time.perf_counter() - start
     op_count = len({r.op for r in results})
     shown = ["python -m conformance.opinfo_sweep"] + [
         a for a in (argv if argv is not None else sys.argv[1:])]
     write_coverage(results, args.output, seconds=seconds, max_samples=args.max_samples,
-                   dtypes=args.dtype, op_count=op_count, command=" ".join(shown))
+                   dtypes=args.dtype, op_count=op_count, command=" ".join(shown), async_results=async_results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump([r.to_json() for r in results], f, indent=1)

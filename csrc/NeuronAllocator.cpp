@@ -146,6 +146,16 @@ void free_redirected(void* ptr) noexcept {
   if (neuron_rt::Buffer* buffer = take_redirected_pointer(ptr)) buffer->release();
 }
 
+// Memory lent to a kernel's output (LendOutputs): the list of the innermost LendOutputs.
+struct Lent {
+  void* data;
+  size_t bytes;
+  bool used;
+};
+thread_local std::vector<Lent>* t_lent = nullptr;
+
+void free_lent(void*) noexcept {}  // the output's storage owns the memory
+
 c10::DeleterFnPtr g_base_raw_deleter = nullptr;
 
 // raw_allocate() calls allocate(), so a raw allocation made under a redirect is device
@@ -164,6 +174,14 @@ class RedirectingCPUAllocator final : public c10::Allocator {
   explicit RedirectingCPUAllocator(c10::Allocator* base) : base_(base) {}
   c10::DataPtr allocate(size_t bytes) override {
     if (t_redirect_device < 0 || bytes == 0) return base_->allocate(bytes);
+    if (t_lent) {
+      for (Lent& lent : *t_lent) {
+        if (!lent.used && lent.bytes == bytes) {
+          lent.used = true;
+          return {lent.data, lent.data, &free_lent, c10::Device(c10::DeviceType::CPU)};
+        }
+      }
+    }
     auto& rt = runtime();
     neuron_rt::Buffer* buffer = NEURON_RT_CALL(rt.memory(t_redirect_device).allocate(bytes));
     void* ptr = buffer->data();
@@ -262,6 +280,18 @@ neuron_rt::BufferRef pinned_buffer_at(const void* ptr) {
 }
 
 bool is_pinned_pointer(const void* ptr) { return ptr && neuron_rt::HostMemory::get().is_pinned(ptr); }
+
+LendOutputs::LendOutputs(const std::vector<c10::Storage>& targets) : previous_(t_lent) {
+  auto* lent = new std::vector<Lent>();
+  for (const c10::Storage& storage : targets) {
+    if (storage && storage.nbytes()) lent->push_back(Lent{storage.mutable_data(), storage.nbytes(), false});
+  }
+  t_lent = lent;
+}
+LendOutputs::~LendOutputs() {
+  delete t_lent;
+  t_lent = static_cast<std::vector<Lent>*>(previous_);
+}
 
 AllocationRedirect::AllocationRedirect(c10::DeviceIndex device) : previous_(t_redirect_device) {
   t_redirect_device = device;

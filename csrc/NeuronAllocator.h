@@ -22,6 +22,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/Storage.h>
 
+#include <vector>
+
 #include "runtime/buffer.h"
 
 namespace torch_neuron {
@@ -35,6 +37,21 @@ class AllocationRedirect {
 
  private:
   int previous_;
+};
+
+// While alive on a thread (under an AllocationRedirect), CPU allocations of exactly the
+// size of one of `targets` are served from that tensor's memory (each at most once): a
+// queued functional kernel then computes its output directly in the output the caller
+// already holds, with no second buffer and no copy. Frees of lent memory do nothing.
+class LendOutputs {
+ public:
+  explicit LendOutputs(const std::vector<c10::Storage>& targets);
+  ~LendOutputs();
+  LendOutputs(const LendOutputs&) = delete;
+  LendOutputs& operator=(const LendOutputs&) = delete;
+
+ private:
+  void* previous_;
 };
 
 // A neuron DataPtr owning one reference of `buffer`.

@@ -211,6 +211,8 @@ struct SignatureHash {
   }
 };
 
+enum Verdict : int { kRunInline = 0, kQueue = 1 };
+
 struct OpPlan {
   std::string name;
   bool aten = true;                // in the aten namespace: under the redirect, may be queued
@@ -222,13 +224,14 @@ struct OpPlan {
   std::vector<bool> is_written;    // per argument: written by the op (in-place, out=)
   std::vector<int> write_alias_of; // per return: argument it writes and returns, or -1
   const Narrowing* narrowing = nullptr;
-  std::optional<c10::OperatorHandle> out_variant;  // a functional op's .out overload
   mutable std::shared_mutex meta_mutex;
   mutable std::unordered_map<std::vector<int64_t>, std::shared_ptr<const MetaEntry>, SignatureHash> meta;
-  // Per dtype signature: whether the meta kernel's outputs matched the CPU kernel's
-  // (dtypes, sizes, strides) the first time. Meta and CPU kernels are separate code for
-  // some ops; a call is queued only once its meta outputs were seen to match.
-  mutable std::unordered_map<std::vector<int64_t>, bool, SignatureHash> verified;
+  // Per dtype signature: whether a call may be queued, decided on the first call (run
+  // inline): meta and CPU kernels are separate code for some ops, so a call is queued only
+  // once the meta outputs were seen to match the CPU's. (Queued functional ops run their
+  // functional kernel and copy into the preallocated outputs: some out= kernels differ
+  // from their functional forms, e.g. binary_cross_entropy.out's mean.)
+  mutable std::unordered_map<std::vector<int64_t>, int, SignatureHash> verified;
 };
 
 bool is_tensor_type(const c10::TypePtr& type) {
@@ -241,35 +244,6 @@ bool is_tensor_type(const c10::TypePtr& type) {
     return inner->kind() == c10::TypeKind::TensorType;
   }
   return false;
-}
-
-// The .out overload of a functional op: the same arguments, then one written tensor per return.
-std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& schema) {
-  const auto& name = schema.operator_name();
-  std::vector<std::string> candidates;
-  if (name.overload_name.empty()) {
-    candidates = {"out"};
-  } else {
-    candidates = {name.overload_name + "_out", "out"};
-  }
-  for (const auto& overload : candidates) {
-    auto op = c10::Dispatcher::singleton().findSchema({name.name, overload});
-    if (!op) continue;
-    const auto& out = op->schema();
-    const auto& args = schema.arguments();
-    const size_t outs = schema.returns().size();
-    if (out.arguments().size() != args.size() + outs) continue;
-    bool same = true;
-    for (size_t i = 0; i < args.size() && same; ++i) {
-      same = out.arguments()[i].name() == args[i].name() && *out.arguments()[i].type() == *args[i].type();
-    }
-    for (size_t i = args.size(); i < out.arguments().size() && same; ++i) {
-      const auto* info = out.arguments()[i].alias_info();
-      same = info && info->isWrite() && out.arguments()[i].type()->kind() == c10::TypeKind::TensorType;
-    }
-    if (same) return op;
-  }
-  return std::nullopt;
 }
 
 const OpPlan& plan_for(const c10::OperatorHandle& op) {
@@ -288,13 +262,11 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   plan->on_device = tracked_op(op).on_device();
   plan->narrowing = &narrowing_for(*schema);
   const auto& arguments = schema->arguments();
-  bool writes = false;
   for (const auto& argument : arguments) {
     auto type = argument.real_type();
     if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
     plan->is_generator.push_back(type->kind() == c10::TypeKind::GeneratorType);
     plan->is_written.push_back(argument.alias_info() && argument.alias_info()->isWrite());
-    writes = writes || plan->is_written.back();
   }
   for (const auto& ret : schema->returns()) {
     int index = -1;
@@ -313,9 +285,6 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
     plan->tensor_returns = plan->tensor_returns && is_tensor_type(ret.type());
   }
   plan->allow_cpu_tensors = name.name.rfind("aten::index", 0) == 0 || name.name == "aten::_index_put_impl_";
-  if (!writes && !plan->view && plan->tensor_returns && !schema->returns().empty()) {
-    plan->out_variant = find_out_variant(*schema);
-  }
   std::unique_lock<std::shared_mutex> lock(mutex);
   auto& slot = (*plans)[schema];
   if (!slot) slot = std::move(plan);
@@ -392,22 +361,23 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
       }
     }
   }
-  // Functional op queued with preallocated outputs, nothing narrowed: its out= variant
-  // writes them directly.
-  const bool all_defined =
-      std::all_of(outputs.begin(), outputs.end(), [](const at::Tensor& t) { return t.defined(); });
-  if (!outputs.empty() && wide.empty() && plan.out_variant && all_defined) {
-    torch::jit::Stack stack = std::move(args);
-    for (const at::Tensor& out : outputs) stack.emplace_back(out);
-    plan.out_variant->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
-    return {};
-  }
   // What each written (in-place / out=) argument was given: its host view, or its narrowed copy.
   std::vector<std::pair<size_t, at::Tensor>> written;
   for (size_t i = 0; i < num_arguments; ++i) {
     if (plan.is_written[i] && args[i].isTensor()) written.emplace_back(i, args[i].toTensor());
   }
   torch::jit::Stack stack = args;
+  // Queued functional op with one output: the kernel's output is allocated in the
+  // preallocated output's memory when the sizes match (no second buffer, no copy below).
+  // Not with several outputs: a kernel allocating them in another order would swap them.
+  std::optional<LendOutputs> lend;
+  if (outputs.size() == 1 && wide.empty()) {
+    std::vector<c10::Storage> storages;
+    for (const at::Tensor& out : outputs) {
+      if (out.defined() && out.storage_offset() == 0) storages.push_back(out.storage());
+    }
+    lend.emplace(storages);
+  }
   if (wide.empty()) {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
   } else {
@@ -460,7 +430,10 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
       if (plan.write_alias_of[r] >= 0) continue;
       for_each_tensor(stack[r], [&](const at::Tensor& result) {
         const at::Tensor& out = outputs.at(next++);
-        if (out.defined() && result.defined()) out.copy_(result);
+        if (!out.defined() || !result.defined()) return;
+        const bool in_place = result.const_data_ptr() == out.const_data_ptr() && result.sizes() == out.sizes() &&
+                              result.strides() == out.strides();
+        if (!in_place) out.copy_(result);
       });
     }
     return {};
@@ -535,6 +508,9 @@ bool signature_of(const c10::IValue* arguments, size_t count, std::vector<int64_
       key.push_back(int64_t(t.scalar_type()));
       key.push_back(t.unsafeGetTensorImpl()->is_wrapped_number());
       key.push_back(t.is_conj() | (t.is_neg() << 1));
+      // the memory format, on which some kernels' output strides depend
+      key.push_back(t.is_contiguous() | (t.is_contiguous(at::MemoryFormat::ChannelsLast) << 1) |
+                    (t.is_contiguous(at::MemoryFormat::ChannelsLast3d) << 2));
     }
     dtype_key.insert(dtype_key.end(), key.begin() + start, key.end());
     if (!t.defined()) return;
@@ -727,6 +703,46 @@ bool matches_meta(const OpPlan& plan, const MetaEntry& meta, const torch::jit::S
   return true;
 }
 
+// The task's host arguments: fresh views of neuron tensors (through `call`), CPU values
+// copied now (the caller may change them, and a task must hold nothing Python owns), the
+// device's generator engine, the CPU for the neuron device.
+torch::jit::Stack host_arguments(const OpPlan& plan, const c10::IValue* arguments, size_t count, HostCall& call,
+                                 c10::DeviceIndex device) {
+  torch::jit::Stack args;
+  auto host = [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || t.device().type() == kNeuron) return call.to_host(t);
+    at::Tensor copy = t.clone();
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) copy.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return copy;
+  };
+  for (size_t i = 0; i < count; ++i) {
+    const c10::IValue& value = arguments[i];
+    if (value.isTensor()) {
+      args.emplace_back(host(value.toTensor()));
+    } else if (list_has_tensors(value)) {
+      args.emplace_back(list_map(value, host));
+    } else if (plan.is_generator[i]) {
+      args.emplace_back(engine_for(value.isNone() ? std::nullopt : std::optional<at::Generator>(value.toGenerator()), device));
+    } else if (value.isDevice() && value.toDevice().type() == kNeuron) {
+      args.emplace_back(c10::Device(c10::DeviceType::CPU));
+    } else {
+      args.push_back(value);
+    }
+  }
+  return args;
+}
+
+std::vector<at::Tensor> allocate_outputs(const MetaEntry& meta, c10::DeviceIndex device) {
+  std::vector<at::Tensor> outputs;
+  const auto options = at::TensorOptions().device(kNeuron, device);
+  for (const auto& metas : meta.outputs) {
+    for (const TensorMeta& t : metas) {
+      outputs.push_back(t.defined ? at::empty_strided(t.sizes, t.strides, options.dtype(t.dtype)) : at::Tensor());
+    }
+  }
+  return outputs;
+}
+
 void enqueue(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin,
              c10::DeviceIndex device, const MetaEntry& meta_entry) {
   const MetaEntry* meta = &meta_entry;
@@ -761,27 +777,7 @@ void enqueue(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stac
   }
   HostCall call;
   call.device = device;
-  torch::jit::Stack args;
-  auto host = [&](const at::Tensor& t) -> at::Tensor {
-    if (!t.defined() || t.device().type() == kNeuron) return call.to_host(t);
-    at::Tensor copy = t.clone();
-    if (t.unsafeGetTensorImpl()->is_wrapped_number()) copy.unsafeGetTensorImpl()->set_wrapped_number(true);
-    return copy;
-  };
-  for (size_t i = 0; i < num_arguments; ++i) {
-    const c10::IValue& value = arguments[i];
-    if (value.isTensor()) {
-      args.emplace_back(host(value.toTensor()));
-    } else if (list_has_tensors(value)) {
-      args.emplace_back(list_map(value, host));
-    } else if (plan.is_generator[i]) {
-      args.emplace_back(engine_for(value.isNone() ? std::nullopt : std::optional<at::Generator>(value.toGenerator()), device));
-    } else if (value.isDevice() && value.toDevice().type() == kNeuron) {
-      args.emplace_back(c10::Device(c10::DeviceType::CPU));
-    } else {
-      args.push_back(value);
-    }
-  }
+  torch::jit::Stack args = host_arguments(plan, arguments, num_arguments, call, device);
   std::vector<at::Tensor> output_views;
   for (const at::Tensor& out : new_outputs) output_views.push_back(call.to_host(out));
   enqueue_views(call, [&plan, op, args = std::move(args), output_views = std::move(output_views), device]() mutable {
@@ -818,13 +814,13 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       meta = meta_for(plan, op, arguments, num_arguments);
     }
     if (meta && meta->queueable) {
-      std::optional<bool> verdict;
+      std::optional<int> verdict;
       {
         std::shared_lock<std::shared_mutex> lock(plan.meta_mutex);
         auto it = plan.verified.find(meta->dtype_key);
         if (it != plan.verified.end()) verdict = it->second;
       }
-      if (verdict.value_or(false)) return enqueue(plan, op, stack, begin, device, *meta);
+      if (verdict && *verdict == kQueue) return enqueue(plan, op, stack, begin, device, *meta);
       if (!verdict) {  // first call of this dtype signature: inline, and compare with the meta kernel
         std::vector<at::Tensor> resized;
         for (const auto& entry : meta->resized) resized.push_back(arguments[entry.first].toTensor());
@@ -836,7 +832,7 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                  (resized[i].numel() <= 1 || resized[i].strides() == c10::IntArrayRef(target.strides));
         }
         std::unique_lock<std::shared_mutex> lock(plan.meta_mutex);
-        plan.verified[meta->dtype_key] = same;
+        plan.verified[meta->dtype_key] = same ? kQueue : kRunInline;
         return;
       }
     }

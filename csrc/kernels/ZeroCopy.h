@@ -15,7 +15,10 @@
 //  - its outputs' metadata comes from ATen's meta kernels (run on meta tensors, cached per
 //    op and argument signature), so shape and dtype errors are raised at the call;
 //  - the outputs are allocated on the device, and a task on the current stream runs the
-//    CPU kernel into them (the op's out= variant when it has one);
+//    CPU kernel and copies its results into them (an out= variant is not used in their
+//    place: some differ from their functional forms);
+//  - the first call of each dtype signature runs inline and checks the meta kernel's
+//    outputs against the CPU kernel's; a signature where they differ is never queued;
 //  - the task holds the runtime buffers of every operand and fresh host views, never a
 //    tensor owned by Python, so no task needs the GIL (HostWait.h);
 //  - ops that cannot be described ahead run on the calling thread after the stream is
