@@ -49,9 +49,11 @@ py::dict memory_stats(int device) {
   put("allocated_bytes", s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total, s.freed_bytes_total);
   put("active_bytes", s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total, s.freed_bytes_total);
   put("reserved_bytes", s.reserved_bytes, s.peak_reserved_bytes, s.reserved_bytes_total, s.released_bytes_total);
-  put("allocation", s.active_blocks, s.active_blocks, s.allocations, s.frees);
-  put("segment", s.segments, s.segments, 0, 0);
+  put("allocation", s.active_blocks, s.peak_active_blocks, s.allocations, s.frees);
+  put("segment", s.segments, s.peak_segments, 0, 0);
   stats["requested_bytes.all.current"] = s.requested_bytes;
+  stats["requested_bytes.all.peak"] = s.peak_requested_bytes;
+  stats["largest_free_range"] = s.largest_free_range;
   stats["num_ooms"] = s.ooms;
   stats["num_alloc_retries"] = s.alloc_retries;
   stats["pending_frees"] = s.pending_frees;

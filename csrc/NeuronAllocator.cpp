@@ -96,10 +96,10 @@ class NeuronDeviceAllocator final : public c10::DeviceAllocator {
     set(stats.allocated_bytes, s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total, s.freed_bytes_total);
     set(stats.active_bytes, s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total, s.freed_bytes_total);
     set(stats.reserved_bytes, s.reserved_bytes, s.peak_reserved_bytes, s.reserved_bytes_total, s.released_bytes_total);
-    set(stats.requested_bytes, s.requested_bytes, s.requested_bytes, 0, 0);
-    set(stats.allocation, s.active_blocks, s.active_blocks, s.allocations, s.frees);
-    set(stats.active, s.active_blocks, s.active_blocks, s.allocations, s.frees);
-    set(stats.segment, s.segments, s.segments, 0, 0);
+    set(stats.requested_bytes, s.requested_bytes, s.peak_requested_bytes, 0, 0);
+    set(stats.allocation, s.active_blocks, s.peak_active_blocks, s.allocations, s.frees);
+    set(stats.active, s.active_blocks, s.peak_active_blocks, s.allocations, s.frees);
+    set(stats.segment, s.segments, s.peak_segments, 0, 0);
     stats.num_ooms = int64_t(s.ooms);
     stats.num_alloc_retries = int64_t(s.alloc_retries);
     return stats;
@@ -173,8 +173,7 @@ class RedirectingCPUAllocator final : public c10::Allocator {
  public:
   explicit RedirectingCPUAllocator(c10::Allocator* base) : base_(base) {}
   c10::DataPtr allocate(size_t bytes) override {
-    if (t_redirect_device < 0 || bytes == 0) return base_->allocate(bytes);
-    if (t_lent) {
+    if (t_lent && bytes) {  // LendOutputs: also without a redirect (queued kernels)
       for (Lent& lent : *t_lent) {
         if (!lent.used && lent.bytes == bytes) {
           lent.used = true;
@@ -182,6 +181,7 @@ class RedirectingCPUAllocator final : public c10::Allocator {
         }
       }
     }
+    if (t_redirect_device < 0 || bytes == 0) return base_->allocate(bytes);
     auto& rt = runtime();
     neuron_rt::Buffer* buffer = NEURON_RT_CALL(rt.memory(t_redirect_device).allocate(bytes));
     void* ptr = buffer->data();
@@ -260,7 +260,18 @@ neuron_rt::Buffer* buffer_of(const c10::DataPtr& data_ptr) {
 
 neuron_rt::BufferRef buffer_ref_of(const c10::Storage& storage) {
   if (!storage) return {};
-  return neuron_rt::BufferRef::share(buffer_of(storage.data_ptr()));
+  if (neuron_rt::Buffer* buffer = buffer_of(storage.data_ptr())) return neuron_rt::BufferRef::share(buffer);
+  const void* data = storage.data_ptr().get();
+  if (!data) return {};
+  // Memory that reached us without its Buffer (a tensor made by DLPack or from_blob over
+  // device memory): the buffer that holds it, found by address.
+  const int device = neuron_rt::device_of_address(data);
+  TORCH_CHECK(device >= 0, "a neuron tensor whose memory (", data, ") is not neuron device memory: the neuron "
+              "runtime cannot run work on it. Make the tensor with the neuron device's own allocator (e.g. "
+              "torch.empty(..., device='neuron')) or copy it there");
+  neuron_rt::Buffer* owner = NEURON_RT_CALL(runtime().memory(device).share_buffer_at(data));
+  TORCH_CHECK(owner, "a neuron tensor over device memory (", data, ") that no live buffer holds (freed memory?)");
+  return neuron_rt::BufferRef::adopt(owner);
 }
 
 neuron_rt::BufferRef take_redirected(c10::DataPtr& data_ptr) {
@@ -285,6 +296,13 @@ LendOutputs::LendOutputs(const std::vector<c10::Storage>& targets) : previous_(t
   auto* lent = new std::vector<Lent>();
   for (const c10::Storage& storage : targets) {
     if (storage && storage.nbytes()) lent->push_back(Lent{storage.mutable_data(), storage.nbytes(), false});
+  }
+  t_lent = lent;
+}
+LendOutputs::LendOutputs(const std::vector<std::pair<void*, size_t>>& regions) : previous_(t_lent) {
+  auto* lent = new std::vector<Lent>();
+  for (const auto& [data, bytes] : regions) {
+    if (data && bytes) lent->push_back(Lent{data, bytes, false});
   }
   t_lent = lent;
 }

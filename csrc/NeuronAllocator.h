@@ -46,6 +46,8 @@ class AllocationRedirect {
 class LendOutputs {
  public:
   explicit LendOutputs(const std::vector<c10::Storage>& targets);
+  // The same, for raw regions (pointer, bytes) the caller keeps alive.
+  explicit LendOutputs(const std::vector<std::pair<void*, size_t>>& regions);
   ~LendOutputs();
   LendOutputs(const LendOutputs&) = delete;
   LendOutputs& operator=(const LendOutputs&) = delete;

@@ -96,6 +96,8 @@ at::Generator engine_for(const std::optional<at::Generator>& generator, c10::Dev
   TORCH_CHECK(type == c10::DeviceType::PrivateUse1,
               "Expected a 'neuron' or 'cpu' generator for an op on neuron, but got a '",
               generator->device().type(), "' generator");
+  TORCH_CHECK(device < 0 || generator->device().index() == device, "Expected a 'neuron:", int(device),
+              "' generator device but found '", generator->device(), "' (as CUDA, a generator draws for its own core)");
   return generator->get<NeuronGeneratorImpl>()->engine();
 }
 

@@ -101,7 +101,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   // when the tensor was freed (Note [Buffers]).
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override {
     neuron_rt::Buffer* buffer = buffer_of(data_ptr);
-    if (!buffer) return;
+    if (!buffer) return;  // not the runtime's allocation: nothing to order
     auto& s = NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id())));
     NEURON_RT_CALL(buffer->record_stream(s));
   }

@@ -3,6 +3,8 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
 
+#include <c10/core/DeviceGuard.h>
+
 #include "NeuronCommon.h"
 #include "NeuronAllocator.h"
 #include "NeuronGenerator.h"
@@ -61,6 +63,7 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
 void NeuronHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const {
   auto* impl = storage.unsafeGetStorageImpl();
   TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+  c10::DeviceGuard guard(storage.device());  // the new memory is on the storage's core
   const size_t old_bytes = impl->nbytes();
   c10::DataPtr fresh = impl->allocator()->allocate(new_bytes);
   const size_t keep = std::min(old_bytes, new_bytes);

@@ -49,20 +49,15 @@ void Buffer::release() noexcept {
 void Buffer::record_stream(Stream& stream) {
   Buffer* owner = root();
   SpinLock lock(owner->streams_lock_);
-  for (int i = 0; i < owner->stream_count_; ++i) {
-    if (owner->streams_[i] == &stream) return;
+  for (Stream* recorded : owner->streams_) {
+    if (recorded == &stream) return;
   }
-  if (owner->stream_count_ == kMaxRecordedStreams) {
-    throw Error(ErrorCode::kInvalidArgument, "a buffer can be recorded on at most " +
-                                                 std::to_string(kMaxRecordedStreams) + " streams");
-  }
-  owner->streams_[owner->stream_count_++] = &stream;
+  owner->streams_.push_back(&stream);
 }
 
-int Buffer::recorded_streams(Stream** out) const {
+std::vector<Stream*> Buffer::recorded_streams() const {
   SpinLock lock(streams_lock_);
-  for (int i = 0; i < stream_count_; ++i) out[i] = streams_[i];
-  return stream_count_;
+  return streams_;
 }
 
 }  // namespace neuron_rt

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace neuron_rt {
 
@@ -42,8 +43,6 @@ class BufferOwner {
 
 class Buffer {
  public:
-  static constexpr int kMaxRecordedStreams = 16;
-
   int device() const { return device_; }  // -1 for pinned host memory
   void* data() const { return data_; }
   size_t size() const { return size_; }
@@ -67,7 +66,7 @@ class Buffer {
   // Remembers that `stream` uses the memory (recorded on the root for a slice).
   void record_stream(Stream& stream);
   // The streams recorded so far (for the allocator, when the buffer is reclaimed).
-  int recorded_streams(Stream** out) const;
+  std::vector<Stream*> recorded_streams() const;
 
   // Allocator's bookkeeping: its block, and the allocator (null for a slice).
   void* block() const { return block_; }
@@ -91,8 +90,7 @@ class Buffer {
   Buffer* const parent_ = nullptr;  // a slice's parent (referenced)
   std::atomic<int> refs_{1};
   mutable std::atomic_flag streams_lock_ = ATOMIC_FLAG_INIT;
-  int stream_count_ = 0;
-  Stream* streams_[kMaxRecordedStreams] = {};
+  std::vector<Stream*> streams_;  // guarded by streams_lock_
 
  public:
   // A new buffer over [offset, offset + size) of `parent`, holding a reference to it.

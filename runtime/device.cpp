@@ -74,8 +74,9 @@ Runtime::Runtime() : topology_(Topology::from_environment()) {
   for (size_t index = 0; index < topology_.visible.size(); ++index) {
     auto state = std::make_unique<DeviceState>();
     std::vector<Stream*> streams;
+    auto failure = std::make_shared<FailureState>();  // Note [Sticky stream errors]: per device
     for (int id = 0; id <= kStreamPoolSize; ++id) {
-      state->streams.push_back(std::make_unique<Stream>(int(index), id, launch_blocking_));
+      state->streams.push_back(std::make_unique<Stream>(int(index), id, launch_blocking_, failure));
       streams.push_back(state->streams.back().get());
     }
     state->memory = std::make_unique<DeviceMemory>(int(index), topology_.visible[index].hbm_bytes, backing,

@@ -17,6 +17,7 @@ enum class ErrorCode {
   kAsyncFailure,     // an asynchronous task on a stream failed (the stream's sticky error)
   kTimeout,          // a wait did not finish within its time limit
   kAborted,          // the stream was aborted (e.g. a collective gave up)
+  kCorruptProgram,   // a program file or payload is damaged, truncated or foreign
 };
 
 class Error : public std::runtime_error {

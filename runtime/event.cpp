@@ -1,5 +1,7 @@
 #include "event.h"
 
+#include <algorithm>
+
 #include "error.h"
 #include "stream.h"
 
@@ -77,8 +79,13 @@ bool Event::wait_for(std::chrono::milliseconds timeout) const {
   // Polls: an abort of the recording stream does not notify this event.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!done()) {
-    if (timeout.count() >= 0 && std::chrono::steady_clock::now() >= deadline) return false;
-    state_->done.wait_for(lock, std::chrono::milliseconds(100));
+    auto slice = std::chrono::steady_clock::duration(std::chrono::milliseconds(100));
+    if (timeout.count() >= 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return false;
+      slice = std::min(slice, deadline - now);
+    }
+    state_->done.wait_for(lock, slice);
   }
   throw_if_failed_locked(version);
   return true;

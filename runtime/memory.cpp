@@ -1,6 +1,7 @@
 #include "memory.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -74,7 +75,7 @@ DeviceMemory::DeviceMemory(int device, uint64_t budget_bytes, MemoryBacking back
       granule_(guard ? kPage : 512),
       streams_(std::move(streams)) {
   stats_.budget_bytes = budget_bytes;
-  range_ = round_up(std::max<uint64_t>(budget_bytes, kPage), kPage);
+  range_ = 2 * round_up(std::max<uint64_t>(budget_bytes, kPage), kPage);  // holes left by freed segments
   // Segment sizes scale down for small budgets, so that a few small tensors do not hold a
   // large part of the budget.
   small_segment_ = std::clamp(round_down(budget_bytes / 32, kPage), kPage, kSmallSegment);
@@ -193,8 +194,10 @@ DeviceMemory::Block* DeviceMemory::new_segment_locked(size_t size, int pool) {
   }
   auto segment = std::make_unique<Segment>(Segment{address, segment_size, pool});
   Block* block = new Block{address, segment_size, 0, segment.get()};
+  segment->first = block;
   segments_[segment.get()] = std::move(segment);
   stats_.segments++;
+  stats_.peak_segments = std::max(stats_.peak_segments, stats_.segments);
   stats_.reserved_bytes += segment_size;
   stats_.reserved_bytes_total += segment_size;
   stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
@@ -279,6 +282,13 @@ void DeviceMemory::throw_oom_locked(size_t size) {
                        ? ", " + format_bytes(stats_.reserved_bytes - stats_.allocated_bytes) +
                              " held in partly used segments (fragmentation)"
                        : std::string()) +
+                  [&] {
+                    size_t largest = 0;
+                    for (const auto& range : free_ranges_) largest = std::max(largest, range.second);
+                    return largest < size ? "; the largest contiguous free range is " + format_bytes(largest) +
+                                                " (fragmentation)"
+                                          : std::string();
+                  }() +
                   ". Free tensors you no longer need, use smaller batches or shard the model across more cores");
 }
 
@@ -326,12 +336,15 @@ Buffer* DeviceMemory::allocate(size_t bytes) {
     free_block_locked(block);
     throw;
   }
+  block->buffer = buffer;
   stats_.allocated_bytes += block->size;
   stats_.allocated_bytes_total += block->size;
   stats_.requested_bytes += bytes;
   stats_.allocations++;
   stats_.active_blocks++;
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  stats_.peak_active_blocks = std::max(stats_.peak_active_blocks, stats_.active_blocks);
+  stats_.peak_requested_bytes = std::max(stats_.peak_requested_bytes, stats_.requested_bytes);
   lock.unlock();
   if (guard_) {
     if (GuardScope* scope = GuardScope::current()) scope->add(buffer);
@@ -341,17 +354,20 @@ Buffer* DeviceMemory::allocate(size_t bytes) {
 
 void DeviceMemory::reclaim(Buffer* buffer) noexcept {
   Block* block = static_cast<Block*>(buffer->block());
-  Stream* streams[Buffer::kMaxRecordedStreams];
-  const int count = buffer->recorded_streams(streams);
-  delete buffer;
-  if (!block) return;  // a zero-byte buffer
   try {
+    const std::vector<Stream*> streams = buffer->recorded_streams();
+    if (!block) {  // a zero-byte buffer
+      delete buffer;
+      return;
+    }
     std::vector<std::pair<Stream*, uint64_t>> markers;
-    for (int i = 0; i < count; ++i) {
-      const uint64_t marker = streams[i]->marker();
-      if (!streams[i]->reached(marker)) markers.emplace_back(streams[i], marker);
+    for (Stream* stream : streams) {
+      const uint64_t marker = stream->marker();
+      if (!stream->reached(marker)) markers.emplace_back(stream, marker);
     }
     std::lock_guard<std::mutex> lock(mutex_);
+    block->buffer = nullptr;  // before the Buffer goes: share_buffer_at() must not find it
+    delete buffer;
     stats_.allocated_bytes -= block->size;
     stats_.freed_bytes_total += block->size;
     stats_.requested_bytes -= block->requested;
@@ -368,6 +384,22 @@ void DeviceMemory::reclaim(Buffer* buffer) noexcept {
   }
 }
 
+Buffer* DeviceMemory::share_buffer_at(const void* ptr) {
+  if (!owns(ptr)) return nullptr;
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& entry : segments_) {
+    const Segment* segment = entry.first;
+    if (address < segment->address || address >= segment->address + segment->size) continue;
+    for (Block* block = segment->first; block; block = block->next) {
+      if (address >= block->address && address < block->address + block->size) {
+        return block->buffer && block->buffer->try_retain() ? block->buffer : nullptr;
+      }
+    }
+  }
+  return nullptr;
+}
+
 void DeviceMemory::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   collect_pending_locked();
@@ -378,6 +410,7 @@ MemoryStats DeviceMemory::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   MemoryStats stats = stats_;
   stats.cached_blocks = free_[0].size() + free_[1].size();
+  for (const auto& range : free_ranges_) stats.largest_free_range = std::max<uint64_t>(stats.largest_free_range, range.second);
   return stats;
 }
 
@@ -385,6 +418,9 @@ void DeviceMemory::reset_peak_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.peak_allocated_bytes = stats_.allocated_bytes;
   stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  stats_.peak_active_blocks = stats_.active_blocks;
+  stats_.peak_segments = stats_.segments;
+  stats_.peak_requested_bytes = stats_.requested_bytes;
 }
 
 void DeviceMemory::reset_accumulated_stats() {
@@ -440,7 +476,14 @@ void GuardScope::add(Buffer* buffer) {
 // ---- HostMemory ------------------------------------------------------------------------------
 
 HostMemory& HostMemory::get() {
-  static HostMemory* memory = new HostMemory();
+  static HostMemory* memory = [] {
+    auto* made = new HostMemory();
+    // Fork-safety: the lock is held across fork(), so neither process finds it taken by a
+    // thread that does not exist there.
+    pthread_atfork([] { HostMemory::get().mutex_.lock(); }, [] { HostMemory::get().mutex_.unlock(); },
+                   [] { HostMemory::get().mutex_.unlock(); });
+    return made;
+  }();
   return *memory;
 }
 

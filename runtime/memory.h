@@ -1,10 +1,11 @@
 // Device memory of one logical NeuronCore, and pinned host memory.
 //
 // DeviceMemory. Equivalent to: the CUDA caching allocator of one device, over a fixed HBM
-// range. At start the core's whole HBM budget is reserved as one range of virtual address
-// space; pages are backed by host memory only when touched. So:
-//  - the budget is the range: nothing can be allocated beyond it, and fragmentation counts
-//    as it would in real HBM;
+// budget. At start a range of virtual address space twice the core's HBM budget is reserved;
+// pages are backed by host memory only when touched. So:
+//  - segments are accounted against the budget: nothing can be allocated beyond it; freed
+//    segments leave holes in the range, which the spare half absorbs (as cudaMalloc maps
+//    pages wherever they are), so a request fits whenever the budget has room;
 //  - "is this pointer device memory, and of which core" is a range comparison
 //    (device_of_address), with no lock and no look-up: safe in deleters and forked children;
 //  - backing is pluggable (MemoryBacking): private anonymous memory, or a shared-memory file
@@ -29,7 +30,8 @@
 //
 // HostMemory. Pinned host memory (equivalent to cudaHostAlloc): a caching allocator of
 // host buffers, by size class. A non-blocking copy from or to a pinned buffer holds a
-// reference to it until the copy has run, so freeing the tensor at once is safe.
+// reference to it until the copy has run, so freeing the tensor at once is safe. Fork-safe:
+// its lock is taken around fork() (pthread_atfork), so a child finds it consistent.
 //
 // Thread safety: every method may be called from any thread at once. Buffers return
 // memory from any thread without blocking.
@@ -64,6 +66,10 @@ struct MemoryStats {
   uint64_t segments = 0;              // segments held
   uint64_t ooms = 0;                  // requests refused for lack of HBM
   uint64_t alloc_retries = 0;         // requests that waited for streams or emptied the cache first
+  uint64_t peak_active_blocks = 0;    // highest active_blocks since reset
+  uint64_t peak_segments = 0;         // highest segments since reset
+  uint64_t peak_requested_bytes = 0;  // highest requested_bytes since reset
+  uint64_t largest_free_range = 0;    // the largest contiguous unreserved part of the address range
   uint64_t pending_frees = 0;         // blocks waiting for recorded streams
   uint64_t budget_bytes = 0;          // the HBM budget of this core
   // Accumulated since the last reset_accumulated_stats():
@@ -93,6 +99,9 @@ class DeviceMemory final : public BufferOwner {
   // gets a buffer of size 0. Throws Error(kOutOfMemory) (see above).
   Buffer* allocate(size_t bytes);
   void reclaim(Buffer* buffer) noexcept override;
+  // A new reference to the buffer in use whose memory holds `ptr` (for memory that reached
+  // the bridge without its Buffer, e.g. through DLPack), or nullptr.
+  Buffer* share_buffer_at(const void* ptr);
   // Gives every wholly free segment back to the host (collecting finished pending frees first).
   void empty_cache();
 
@@ -128,11 +137,13 @@ class DeviceMemory final : public BufferOwner {
     Block* next = nullptr;
     bool free = true;
     int guard_opens = 0;
+    Buffer* buffer = nullptr;  // the buffer using it (cleared before the Buffer goes)
   };
   struct Segment {
     uintptr_t address;
     size_t size;
     int pool;
+    Block* first = nullptr;  // the block at the segment's start (never merged away)
   };
   struct BySize {
     bool operator()(const Block* a, const Block* b) const {

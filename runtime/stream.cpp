@@ -30,8 +30,11 @@ std::string describe(const std::exception_ptr& error) {
 }
 }  // namespace
 
-Stream::Stream(int device, int id, bool launch_blocking)
-    : device_(device), id_(id), launch_blocking_(launch_blocking) {}
+Stream::Stream(int device, int id, bool launch_blocking, std::shared_ptr<FailureState> device_failure)
+    : device_(device),
+      id_(id),
+      launch_blocking_(launch_blocking),
+      failure_state_(device_failure ? std::move(device_failure) : std::make_shared<FailureState>()) {}
 
 Stream::~Stream() {
   {
@@ -65,16 +68,38 @@ void Stream::push(Entry entry) {
   if (wake) work_ready_.notify_one();
 }
 
+// Launch-blocking mode: tasks of several threads finish out of order; completed_ advances
+// over the finished prefix only (markers stay exact).
+void Stream::finish_blocking(uint64_t sequence) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uint64_t completed = completed_.load(std::memory_order_relaxed);
+    if (sequence == completed + 1) {
+      ++completed;
+      while (!finished_out_of_order_.empty() && *finished_out_of_order_.begin() == completed + 1) {
+        finished_out_of_order_.erase(finished_out_of_order_.begin());
+        ++completed;
+      }
+      completed_.store(completed, std::memory_order_release);
+    } else {
+      finished_out_of_order_.insert(sequence);
+    }
+  }
+  work_done_.notify_all();
+}
+
 void Stream::enqueue(Task task) {
   if (!launch_blocking_) {
     push(Entry{std::move(task), nullptr});
     return;
   }
-  enqueued_.fetch_add(1, std::memory_order_acq_rel);
+  if (failed()) throw_failure();  // an abort: nothing runs on the device any more
+  const uint64_t sequence = enqueued_.fetch_add(1, std::memory_order_acq_rel) + 1;
   struct Complete {  // also when the task throws: its error reaches the caller directly
     Stream* stream;
-    ~Complete() { stream->finish_one(); }
-  } complete{this};
+    uint64_t sequence;
+    ~Complete() { stream->finish_blocking(sequence); }
+  } complete{this, sequence};
   task();
 }
 
@@ -83,34 +108,41 @@ void Stream::enqueue_marker(Marker marker) {
     push(Entry{nullptr, std::move(marker)});
     return;
   }
-  enqueued_.fetch_add(1, std::memory_order_acq_rel);
+  const uint64_t sequence = enqueued_.fetch_add(1, std::memory_order_acq_rel) + 1;
   struct Complete {
     Stream* stream;
-    ~Complete() { stream->finish_one(); }
-  } complete{this};
-  marker(nullptr);  // launch-blocking streams do not fail (errors reach their callers)
+    uint64_t sequence;
+    ~Complete() { stream->finish_blocking(sequence); }
+  } complete{this, sequence};
+  std::optional<std::string> error = failure();
+  marker(error ? &*error : nullptr);
 }
 
 void Stream::fail(const std::string& message, bool aborted) noexcept {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (failed_.load(std::memory_order_relaxed)) return;
-    try {
-      failure_ = message;
-    } catch (...) {
+    FailureState& state = *failure_state_;
+    std::lock_guard<std::mutex> lock(state.mutex);
+    if (!state.failed.load(std::memory_order_relaxed)) {
+      try {
+        state.message = "neuron:" + std::to_string(device_) + " stream " + std::to_string(id_) +
+                        (aborted ? " was aborted: " : ": ") + message;
+      } catch (...) {
+      }
+      state.aborted = aborted;
+      state.failed.store(true, std::memory_order_release);
     }
-    aborted_.store(aborted, std::memory_order_release);
-    failed_.store(true, std::memory_order_release);
   }
+  if (aborted) aborted_.store(true, std::memory_order_release);
+  { std::lock_guard<std::mutex> lock(mutex_); }
   work_done_.notify_all();
 }
 
 void Stream::abort(const std::string& reason) noexcept { fail(reason, /*aborted=*/true); }
 
 std::optional<std::string> Stream::failure() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!failed_.load(std::memory_order_relaxed)) return std::nullopt;
-  return failure_;
+  if (!failed()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(failure_state_->mutex);
+  return failure_state_->message;
 }
 
 void Stream::worker_loop() {
@@ -134,7 +166,7 @@ void Stream::worker_loop() {
       ++taken;
     }
     if (entry.task) {
-      if (!failed_.load(std::memory_order_acquire)) {
+      if (!failed()) {
         try {
           entry.task();
         } catch (...) {
@@ -160,18 +192,14 @@ void Stream::throw_failure() const {
   std::string message;
   bool aborted;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    message = failure_;
-    aborted = aborted_.load();
+    std::lock_guard<std::mutex> lock(failure_state_->mutex);
+    message = failure_state_->message;
+    aborted = failure_state_->aborted;
   }
   throw Error(aborted ? ErrorCode::kAborted : ErrorCode::kAsyncFailure,
-              (aborted ? "neuron:" + std::to_string(device_) + " stream " + std::to_string(id_) +
-                             " was aborted: "
-                       : "an asynchronous task on neuron:" + std::to_string(device_) + " stream " +
-                             std::to_string(id_) + " failed: ") +
-                  message +
+              (aborted ? "the device failed: " : "an asynchronous task failed on ") + message +
                   (aborted ? std::string()
-                           : " (the stream stays failed; set NEURON_LAUNCH_BLOCKING=1 to raise the error "
+                           : " (the device stays failed; set NEURON_LAUNCH_BLOCKING=1 to raise the error "
                              "where it happens)"));
 }
 
@@ -191,7 +219,7 @@ bool Stream::wait_for(uint64_t marker, std::chrono::milliseconds timeout) {
     waiters_.fetch_sub(1, std::memory_order_acq_rel);
     if (!finished) return false;
   }
-  if (failed_.load(std::memory_order_acquire)) throw_failure();
+  if (failed()) throw_failure();
   return true;
 }
 

@@ -10,19 +10,22 @@
 //    returns at once.
 //
 // Ordering points. Every enqueue gets the next sequence number; marker() is the number of
-// tasks enqueued so far, and reached(m) is true once every task before m has finished (run
-// or skipped). Memory freed while a stream still has work uses this (memory.h), as do
-// events (event.h).
+// tasks enqueued so far, and reached(m) is true once every task numbered up to m has
+// finished (run or skipped), also in launch-blocking mode where tasks of several threads
+// finish out of order. Memory freed while a stream still has work uses this (memory.h), as
+// do events (event.h).
 //
-// Failure (Note [Sticky stream errors]). A task that throws puts the stream in a failed
-// state that never clears, like a CUDA context after a device-side error: the error's
-// message is kept; later kernel tasks are skipped (their outputs are never computed, so
-// nothing may read them); every later synchronize(), wait_for() and every event recorded
-// on the stream fails with the original message, and so does a stream that waits on such
-// an event. Skipped tasks are destroyed outside the stream's lock, so whatever they hold
-// is released (memory returns to the allocator). abort() fails a stream from outside
-// (collective timeouts). In launch-blocking mode a task's exception propagates to the
-// caller at once and the stream does not fail.
+// Failure (Note [Sticky stream errors]). A task that throws puts its device in a failed
+// state that never clears, like a CUDA context after a device-side error: the streams of a
+// device share one FailureState. The first error's message is kept; later kernel tasks of
+// every stream of the device are skipped (their outputs are never computed, so nothing may
+// read them); every later synchronize() and wait_for() on any of those streams, every
+// event recorded on them and every stream waiting on such an event fail with the original
+// message. Skipped tasks are destroyed outside the stream's lock, so whatever they hold is
+// released (memory returns to the allocator). abort() fails the device from outside
+// (collective timeouts) and wakes this stream's waiters at once. In launch-blocking mode a
+// task's exception propagates to the caller and fails nothing; once the device has failed
+// (an abort), enqueue() throws instead of running the task.
 //
 // Thread safety: any thread may enqueue, query, wait or abort at once. A task must not
 // wait for its own stream (it would wait for itself).
@@ -35,11 +38,21 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
 namespace neuron_rt {
+
+// The failure state shared by the streams of one device.
+struct FailureState {
+  std::mutex mutex;
+  std::atomic<bool> failed{false};
+  std::string message;  // guarded by mutex; set once
+  bool aborted = false;  // guarded by mutex
+};
 
 class Stream {
  public:
@@ -49,7 +62,9 @@ class Stream {
   // cross-stream waits.
   using Marker = std::function<void(const std::string* failure)>;
 
-  Stream(int device, int id, bool launch_blocking);
+  // `device_failure`: the state shared with the device's other streams (a state of its own
+  // when null).
+  Stream(int device, int id, bool launch_blocking, std::shared_ptr<FailureState> device_failure = nullptr);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -97,6 +112,8 @@ class Stream {
   void push(Entry entry);
   void worker_loop();
   void finish_one();
+  void finish_blocking(uint64_t sequence);
+  bool failed() const { return failure_state_->failed.load(std::memory_order_acquire); }
   void fail(const std::string& message, bool aborted) noexcept;
   [[noreturn]] void throw_failure() const;
 
@@ -109,11 +126,11 @@ class Stream {
   std::deque<Entry> queue_;
   std::atomic<uint64_t> enqueued_{0};
   std::atomic<uint64_t> completed_{0};
-  std::atomic<bool> failed_{false};
+  std::shared_ptr<FailureState> failure_state_;
+  std::set<uint64_t> finished_out_of_order_;  // launch-blocking: finished after a later one; guarded by mutex_
   std::atomic<bool> worker_sleeping_{false};
   std::atomic<int> waiters_{0};  // threads blocked in a wait (the worker notifies only then)
   std::atomic<uint64_t> host_waits_{0};
-  std::string failure_;     // guarded by mutex_; set once
   std::atomic<bool> aborted_{false};
   bool stopping_ = false;   // guarded by mutex_
   std::thread worker_;      // started on the first asynchronous enqueue

@@ -226,3 +226,83 @@ def test_a_forward_waits_on_the_host_only_where_a_value_is_read():
     assert result.returncode == 0, result.stderr
     enqueues, waits_in_forward, waits_on_read = map(int, result.stdout.split())
     assert enqueues > 50 and waits_in_forward == 0 and waits_on_read <= 1  # none if the stream was done
+
+
+# ---- review 7 (docs: ../shared/review is the model; repros kept as these tests) ------------
+
+def test_a_failure_is_the_devices_so_no_stream_reads_skipped_outputs():
+    # review 7, item 2: the failure was per stream; a side stream read skipped outputs as zeros
+    result = run(FAIL_ON_WORKER, """
+        z = torch.ones(4, device="neuron") * 3       # skipped
+        try:
+            torch.neuron.synchronize()
+        except RuntimeError:
+            pass
+        side = torch.neuron.Stream()
+        with torch.neuron.stream(side):
+            try:
+                print("read:", z.cpu().tolist())
+            except RuntimeError as e:
+                print("side stream raised:", "index out of range" in str(e))
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "side stream raised: True" in result.stdout
+
+
+def test_queued_kernels_do_not_run_out_of_memory_the_host_took_meanwhile():
+    # review 7, item 3: a queued kernel's own allocations came from the device and could not
+    # wait for memory, so the loop below failed the stream in asynchronous mode
+    result = run("""
+        import torch, torch_neuronx
+        x = torch.randn(1024, 1024, device="neuron", dtype=torch.float64)
+        (x @ x).sum(); torch.neuron.synchronize()
+        sums = [(x @ x).sum() for i in range(12)]
+        print("ok", sum(s.item() for s in sums) == sum(s.item() for s in sums), torch.neuron.memory_stats()["num_ooms"])
+    """, env=dict(ASYNC, NEURON_SIM_HBM_BYTES_PER_CORE=str(64 << 20)))
+    assert result.returncode == 0, result.stderr
+    assert "ok True 0" in result.stdout
+
+
+def test_overlapping_out_arguments_raise_at_the_call():
+    # review 7, item 7: the overlap error surfaced on the worker and failed the stream
+    result = run("""
+        import torch, torch_neuronx
+        x = torch.arange(8.0, device="neuron")
+        y = torch.empty(7, device="neuron")
+        torch.add(x[:-1], x[1:], out=y); torch.neuron.synchronize()
+        try:
+            torch.add(x[:-1], x[1:], out=x[1:])
+            print("no error at the call")
+        except RuntimeError as e:
+            print("raised at the call:", "unsupported operation" in str(e))
+        print("later:", (torch.ones(2, device="neuron") * 3).cpu().tolist())
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["raised at the call: True", "later: [3.0, 3.0]"]
+
+
+def test_changing_scalars_do_not_make_calls_wait():
+    # review 7, item 8: every new scalar value counted as a first call (a host wait each)
+    result = run("""
+        import torch, torch_neuronx
+        from torch_neuron_sim import _C
+        x = torch.randn(256, 256, device="neuron"); p = torch.randn(256, 256, device="neuron")
+        p.add_(x @ x, alpha=-0.5); torch.neuron.synchronize()
+        e0, w0 = _C.stream_counters()
+        for i in range(1, 50):
+            p.add_(x @ x, alpha=-(0.5 + i * 1e-3))
+        e1, w1 = _C.stream_counters()
+        m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to("neuron")
+        opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+        inp = torch.randn(32, 64, device="neuron")
+        for step in range(3):
+            opt.zero_grad(); m(inp).sum().backward(); opt.step()
+        torch.neuron.synchronize()
+        e2, w2 = _C.stream_counters()
+        for step in range(10):
+            opt.zero_grad(); m(inp).sum().backward(); opt.step()
+        e3, w3 = _C.stream_counters()
+        print(w1 - w0, w3 - w2, e1 - e0 > 90)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "0", "True"]

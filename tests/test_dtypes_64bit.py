@@ -76,3 +76,18 @@ def test_the_rule_is_one_module_shared_with_the_compiler():
     assert rule("aten::gather")["exact"]
     assert rule("aten::sum.dim_IntList")["dtype_argument"] == "dtype"
     assert "index" not in rule("aten::index_add")["value_arguments"]
+
+
+def test_convolution_and_attention_follow_the_64bit_rule():
+    # review 7, item 10: the accelerator kernels computed float64 in 64 bits
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(1, 2, 6, 6, dtype=torch.float64, generator=g), torch.randn(3, 2, 3, 3, dtype=torch.float64, generator=g)
+    got = F.conv2d(x.to("neuron"), w.to("neuron")).cpu()
+    assert got.dtype == torch.float64
+    assert torch.equal(got, F.conv2d(x.float(), w.float()).double())
+    q, k, v = (torch.randn(1, 2, 4, 8, dtype=torch.float64, generator=g) for _ in range(3))
+    got = F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron")).cpu()
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float()).double()
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    assert not torch.equal(got, F.scaled_dot_product_attention(q, k, v))

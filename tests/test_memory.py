@@ -113,3 +113,67 @@ def test_memory_guard_faults_a_host_access_that_bypasses_the_runtime():
     assert "not reached" not in result.stdout and result.returncode == -11  # SIGSEGV
     unguarded = run_python(code, env={"NEURON_SIM_MEMORY_GUARD": "0"})
     assert "not reached" in unguarded.stdout
+
+
+@pytest.mark.parametrize("mode", ["default", "asynchronous", "guarded"])
+def test_tensors_made_by_dlpack_over_device_memory_hold_it(mode):
+    # review 7, item 1: a neuron storage without a runtime Buffer crashed copies, was read
+    # after it was freed (asynchronous) and faulted (guarded)
+    code = textwrap.dedent("""
+        import torch, torch_neuronx
+        from torch.utils import dlpack
+        N = 1 << 20
+        x = torch.full((N,), 7.0, device="neuron")
+        (x * 2).sum(); torch.neuron.synchronize()
+        y = dlpack.from_dlpack(dlpack.to_dlpack(x))
+        print("copy:", y[:3].cpu().tolist())
+        del x
+        torch.neuron._sleep(200_000_000)
+        z = y * 2
+        del y
+        with torch.neuron.stream(torch.neuron.Stream()):
+            junk = torch.full((N,), -1.0, device="neuron")
+        print("z == 14:", bool((z == 14).all()))
+    """)
+    env = {"default": {}, "asynchronous": {"NEURON_LAUNCH_BLOCKING": "0"},
+           "guarded": {"NEURON_SIM_MEMORY_GUARD": "1"}}[mode]
+    result = run_python(code, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["copy: [7.0, 7.0, 7.0]", "z == 14: True"]
+
+
+def test_storage_resize_keeps_the_storage_on_its_core():
+    # review 7, item 9: UntypedStorage.resize_ moved the memory to the current core
+    t = torch.ones(4, device="neuron:1")
+    storage = t.untyped_storage()
+    storage.resize_(1024)
+    assert storage.device == torch.device("neuron:1")
+    assert torch.neuron.memory_allocated(1) > 0
+
+
+def test_freed_segments_leave_no_hole_that_blocks_a_request_the_budget_holds():
+    # review 7, item 11
+    code = textwrap.dedent("""
+        import torch, torch_neuronx
+        ts = [torch.empty(2 << 20, device="neuron") for _ in range(8)]   # 8 x 8 MiB
+        for i in range(0, 8, 2):
+            ts[i] = None
+        torch.neuron.empty_cache()
+        big = torch.empty(4 << 20, device="neuron")                       # 16 MiB
+        print("ok", torch.neuron.mem_get_info()[0] >> 20)
+    """)
+    result = run_python(code, env={"NEURON_SIM_HBM_BYTES_PER_CORE": str(64 << 20)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["ok", "16"]
+
+
+def test_peaks_of_counts_outlive_the_allocations():
+    # review 7, item 12
+    torch.neuron.synchronize()
+    torch.neuron.reset_peak_memory_stats()
+    live = [torch.empty(1000, device="neuron") for _ in range(10)]
+    current = torch.neuron.memory_stats()["allocation.all.current"]
+    del live
+    stats = torch.neuron.memory_stats()
+    assert stats["allocation.all.peak"] >= current >= 10
+    assert torch.accelerator.memory_stats()["allocation.all.peak"] == stats["allocation.all.peak"]

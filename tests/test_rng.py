@@ -1,3 +1,5 @@
+import textwrap
+
 import torch
 
 
@@ -58,3 +60,36 @@ def test_state_changes_from_another_thread_never_tear_a_draw():
         stop.set()
         thread.join()
     assert torn == 0
+
+
+def test_seeded_draws_on_two_streams_follow_program_order_in_asynchronous_mode():
+    # review 7, item 6: queued draws happened in the order the streams' workers ran
+    from conftest import run_python
+    code = textwrap.dedent("""
+        import torch, torch_neuronx
+        s1, s2 = torch.neuron.Stream(), torch.neuron.Stream()
+        torch.randn(100_000, device="neuron"); torch.neuron.synchronize()
+        results = set()
+        for trial in range(20):
+            torch.neuron.manual_seed(0)
+            with torch.neuron.stream(s1):
+                torch.neuron._sleep(2_000_000 if trial % 2 else 0)
+                a = torch.randn(100_000, device="neuron")
+            with torch.neuron.stream(s2):
+                b = torch.randn(100_000, device="neuron")
+            torch.neuron.synchronize()
+            results.add((round(a[0].item(), 6), round(b[0].item(), 6)))
+        torch.manual_seed(0)
+        cpu = (round(torch.randn(100_000)[0].item(), 6), round(torch.randn(100_000)[0].item(), 6))
+        print(len(results), results == {cpu})
+    """)
+    result = run_python(code, env={"NEURON_LAUNCH_BLOCKING": "0"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "True"]
+
+
+def test_a_generator_of_another_core_is_refused():
+    g = torch.Generator(device="neuron:1")
+    import pytest
+    with pytest.raises(RuntimeError, match="neuron:0' generator device"):
+        torch.randn(4, generator=g, device="neuron:0")

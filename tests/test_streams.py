@@ -38,3 +38,26 @@ def test_asynchronous_mode_keeps_results_and_order():
     result = run_python(code, env={"NEURON_LAUNCH_BLOCKING": "0"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1999980.0", "True"]
+
+
+def test_record_stream_holds_memory_while_another_thread_keeps_the_stream_busy():
+    # review 7, item 5: in launch-blocking mode a short task of one thread, finishing while
+    # another thread's long task ran, released memory recorded on the stream
+    code = textwrap.dedent("""
+        import threading, time, torch, torch_neuronx
+        s = torch.neuron.current_stream()
+        busy = threading.Thread(target=lambda: torch.neuron._sleep(800_000_000))
+        busy.start(); time.sleep(0.2)
+        t = torch.ones(1 << 20, device="neuron")
+        t.record_stream(s)
+        ptr = t.data_ptr()
+        del t
+        x = torch.ones(4, device="neuron"); y = torch.empty(4, device="neuron")
+        y.copy_(x)
+        u = torch.empty(1 << 20, device="neuron")
+        print("reused while busy:", busy.is_alive() and u.data_ptr() == ptr)
+        busy.join()
+    """)
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert "reused while busy: False" in result.stdout

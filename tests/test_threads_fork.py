@@ -97,3 +97,40 @@ def test_dataloader_fork_workers_run_cpu_convolutions_while_the_parent_trains_on
     result = run_python(code, timeout=180)
     assert result.returncode == 0, result.stderr
     assert "steps 8 finite True" in result.stdout
+
+
+def test_forked_children_free_inherited_pinned_tensors_while_the_parent_pins():
+    # review 7, item 4: the child took the pinned allocator's lock, which a parent thread
+    # could hold at fork(): the child hung
+    code = textwrap.dedent("""
+        import os, threading, time, torch, torch_neuronx
+        torch.ones(1, device="neuron")
+        keep = torch.ones(1024).pin_memory()
+        stop = False
+        def pinner():
+            while not stop:
+                torch.empty(4096).pin_memory()
+        threads = [threading.Thread(target=pinner) for _ in range(2)]
+        for t in threads: t.start()
+        hung = 0
+        for trial in range(150):
+            pid = os.fork()
+            if pid == 0:
+                del keep
+                os._exit(0)
+            deadline = time.time() + 2
+            while time.time() < deadline:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                time.sleep(0.005)
+            else:
+                hung += 1
+                os.kill(pid, 9); os.waitpid(pid, 0)
+        stop = True
+        for t in threads: t.join()
+        print("hung", hung)
+    """)
+    result = run_python(code, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "hung 0" in result.stdout

@@ -88,19 +88,27 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
 int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                          const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
-  HostCall call;
-  call.device = query.device().index();
-  // The rules look at requires_grad (the fused kernel is not differentiable in every
-  // argument): the views carry it over.
-  auto view = [&](const at::Tensor& t) {
-    at::Tensor v = call.to_host(t);
-    if (t.requires_grad()) v.set_requires_grad(true);
-    return v;
+  // The CPU's rules read metadata only: they get CPU tensors with the same metadata and no
+  // memory (the arguments may be fake tensors, whose data cannot be touched, when
+  // torch.compile traces). The rules look at requires_grad (the fused kernel is not
+  // differentiable in every argument): it is carried over.
+  auto describe = [](const at::Tensor& t) {
+    c10::Storage none(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), 0,
+                                                            c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)),
+                                                            nullptr, false));
+    auto cpu = at::detail::make_tensor<c10::TensorImpl>(std::move(none), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                        t.dtype());
+    cpu.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), 0);
+    if (t.requires_grad()) cpu.set_requires_grad(true);
+    return cpu;
   };
-  std::optional<at::Tensor> mask_view;
-  if (attn_mask && attn_mask->defined()) mask_view = view(*attn_mask);
-  const auto cpu_choice = static_cast<at::SDPBackend>(at::_fused_sdp_choice(
-      view(query), view(key), view(value), mask_view, dropout_p, is_causal, scale, enable_gqa));
+  std::optional<at::Tensor> mask;
+  if (attn_mask && attn_mask->defined()) mask = describe(*attn_mask);
+  // Straight to the CPU kernel: under torch.compile's fake-tensor mode, a dispatched call
+  // would be intercepted (these describing tensors are not fake).
+  const auto cpu_choice = static_cast<at::SDPBackend>(at::_ops::_fused_sdp_choice::redispatch(
+      c10::DispatchKeySet(c10::DispatchKey::CPU), describe(query), describe(key), describe(value), mask, dropout_p,
+      is_causal, scale, enable_gqa));
   // Where the CPU would run its flash kernel, the device runs its fused attention op (as
   // TorchNeuron does: its SDPA kernel is the overrideable op), which computes with the
   // CPU's flash kernel below; otherwise the math decomposition runs.

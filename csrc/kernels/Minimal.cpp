@@ -259,7 +259,7 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
   counter.hit();
   TORCH_CHECK(stream.device_type() == kNeuron, "record_stream: expected a neuron stream, got one on ",
               stream.device());
-  neuron_rt::Buffer* buffer = buffer_of(self.storage().data_ptr());
+  neuron_rt::BufferRef buffer = buffer_ref_of(self.storage());
   if (!buffer) return;
   auto& s = NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id())));
   NEURON_RT_CALL(buffer->record_stream(s));

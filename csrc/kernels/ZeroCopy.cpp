@@ -126,7 +126,7 @@ at::Tensor HostCall::to_host(const at::Tensor& tensor) {
   }
   at::Tensor view = host_view(tensor);
   views.emplace_back(view.storage(), tensor.storage());
-  guard.add(buffer_of(tensor.storage().data_ptr()));
+  guard.add(buffer_ref_of(tensor.storage()).get());
   return view;
 }
 
@@ -222,6 +222,10 @@ struct OpPlan {
   bool allow_cpu_tensors = false;  // indices of index ops may live on the CPU
   std::vector<bool> is_generator;  // per argument: Generator? type
   std::vector<bool> is_written;    // per argument: written by the op (in-place, out=)
+  // per argument: its value can change output dtypes or which outputs exist (a dtype, a
+  // layout, a bool, a string), so it is part of the dtype signature; numbers are not
+  std::vector<bool> value_in_dtype_key;
+  bool random = false;             // takes a generator
   std::vector<int> write_alias_of; // per return: argument it writes and returns, or -1
   const Narrowing* narrowing = nullptr;
   mutable std::shared_mutex meta_mutex;
@@ -266,7 +270,15 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
     auto type = argument.real_type();
     if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
     plan->is_generator.push_back(type->kind() == c10::TypeKind::GeneratorType);
+    plan->random = plan->random || plan->is_generator.back();
     plan->is_written.push_back(argument.alias_info() && argument.alias_info()->isWrite());
+    c10::TypePtr element = type;
+    if (auto list = element->cast<c10::ListType>()) element = list->getElementType();
+    const auto kind = element->kind();
+    const std::string text = element->str();
+    plan->value_in_dtype_key.push_back(kind == c10::TypeKind::BoolType || kind == c10::TypeKind::StringType ||
+                                       kind == c10::TypeKind::DeviceObjType || text == "ScalarType" ||
+                                       text == "Layout" || text == "MemoryFormat");
   }
   for (const auto& ret : schema->returns()) {
     int index = -1;
@@ -498,8 +510,9 @@ void run_inline(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::S
 
 // The signature of a call's arguments for the meta cache; false when an argument has no
 // signature (the call then runs inline).
-bool signature_of(const c10::IValue* arguments, size_t count, std::vector<int64_t>& key,
+bool signature_of(const OpPlan& plan, const c10::IValue* arguments, size_t count, std::vector<int64_t>& key,
                   std::vector<int64_t>& dtype_key) {
+  bool mirror_values = false;  // whether the current argument's values go into dtype_key
   auto tensor = [&](const at::Tensor& t) {
     const size_t start = key.size();
     key.push_back(t.defined() ? 1 : 0);
@@ -531,11 +544,18 @@ bool signature_of(const c10::IValue* arguments, size_t count, std::vector<int64_
       return true;
     }
     const size_t start = key.size();
-    struct Mirror {  // what a non-tensor value adds goes into both keys
+    struct Mirror {  // what a non-tensor value adds goes into dtype_key too, or only its kind
       std::vector<int64_t>& key;
       std::vector<int64_t>& dtype_key;
       size_t start;
-      ~Mirror() { dtype_key.insert(dtype_key.end(), key.begin() + start, key.end()); }
+      bool values;
+      ~Mirror() {
+        if (values) {
+          dtype_key.insert(dtype_key.end(), key.begin() + start, key.end());
+        } else if (key.size() > start) {
+          dtype_key.push_back(key[start]);
+        }
+      }
     };
     if (v.isList()) {  // elements mirror themselves
       auto list = v.toListRef();
@@ -548,7 +568,7 @@ bool signature_of(const c10::IValue* arguments, size_t count, std::vector<int64_
       }
       return true;
     }
-    Mirror mirror{key, dtype_key, start};
+    Mirror mirror{key, dtype_key, start, mirror_values};
     if (v.isNone()) {
       key.push_back(2);
     } else if (v.isInt()) {
@@ -579,6 +599,7 @@ bool signature_of(const c10::IValue* arguments, size_t count, std::vector<int64_
     return true;
   };
   for (size_t i = 0; i < count; ++i) {
+    mirror_values = plan.value_in_dtype_key[i];
     if (!value(arguments[i])) return false;
   }
   return true;
@@ -653,7 +674,7 @@ std::shared_ptr<const MetaEntry> meta_for(const OpPlan& plan, const c10::Operato
   thread_local std::vector<int64_t> key, dtype_key;
   key.clear();
   dtype_key.clear();
-  if (!signature_of(arguments, count, key, dtype_key)) return nullptr;
+  if (!signature_of(plan, arguments, count, key, dtype_key)) return nullptr;
   {
     std::shared_lock<std::shared_mutex> lock(plan.meta_mutex);
     auto it = plan.meta.find(key);
@@ -666,11 +687,24 @@ std::shared_ptr<const MetaEntry> meta_for(const OpPlan& plan, const c10::Operato
   return plan.meta.emplace(key, std::move(entry)).first->second;
 }
 
-bool uses_cpu_generator(const OpPlan& plan, const c10::IValue* arguments, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    if (plan.is_generator[i] && !arguments[i].isNone() && arguments[i].toGenerator().device().type() != kNeuron) {
-      return true;  // drawn from in the CPU's order, on the calling thread
+// True when a written argument shares its storage with another tensor argument without
+// being the very same view (in place on one tensor is fine).
+bool writes_aliased_memory(const OpPlan& plan, const c10::IValue* arguments, size_t count) {
+  for (size_t w = 0; w < count; ++w) {
+    if (!plan.is_written[w] || !arguments[w].isTensor() || !arguments[w].toTensor().defined()) continue;
+    const at::Tensor& written = arguments[w].toTensor();
+    const auto* storage = written.storage().unsafeGetStorageImpl();
+    bool aliased = false;
+    for (size_t i = 0; i < count && !aliased; ++i) {
+      if (i == w) continue;
+      for_each_tensor(arguments[i], [&](const at::Tensor& t) {
+        if (!t.defined() || !t.has_storage() || t.storage().unsafeGetStorageImpl() != storage) return;
+        const bool same_view = t.storage_offset() == written.storage_offset() && t.sizes() == written.sizes() &&
+                               t.strides() == written.strides();
+        aliased = aliased || !same_view;
+      });
     }
+    if (aliased) return true;
   }
   return false;
 }
@@ -809,8 +843,11 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     // A view reads no data: no need to wait for the stream.
     if (plan.view) return run_inline(plan, op, stack, begin, device, /*drain=*/false);
     const c10::IValue* arguments = stack->data() + begin;
+    // Random ops run at the call, in program order (a queued draw would happen in the order
+    // the streams' workers run, which varies); so do ops writing an argument that shares
+    // memory with another (the CPU kernel's overlap checks must raise at the call).
     std::shared_ptr<const MetaEntry> meta;
-    if (plan.aten && plan.tensor_returns && !uses_cpu_generator(plan, arguments, num_arguments)) {
+    if (plan.aten && plan.tensor_returns && !plan.random && !writes_aliased_memory(plan, arguments, num_arguments)) {
       meta = meta_for(plan, op, arguments, num_arguments);
     }
     if (meta && meta->queueable) {
@@ -845,11 +882,12 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 void enqueue_views(HostCall& call, std::function<void()> work) {
   std::vector<neuron_rt::BufferRef> buffers;
   for (auto& entry : call.views) buffers.push_back(buffer_ref_of(entry.second));
-  const c10::DeviceIndex device = call.device;
-  NEURON_RT_CALL(current_stream(device).enqueue([work = std::move(work), buffers = std::move(buffers), device]() mutable {
+  // No redirect in a queued kernel: its outputs are preallocated (their memory lent to it),
+  // and its scratch is host memory, so a queued kernel never needs device memory the
+  // enqueuing thread may have taken meanwhile (it could not wait for it: Note [Buffers]).
+  NEURON_RT_CALL(current_stream(call.device).enqueue([work = std::move(work), buffers = std::move(buffers)]() mutable {
     neuron_rt::GuardScope guard;
     for (auto& buffer : buffers) guard.add(buffer.get());
-    AllocationRedirect redirect(device);
     try {
       work();
     } catch (const c10::Error& error) {
@@ -861,24 +899,72 @@ void enqueue_views(HostCall& call, std::function<void()> work) {
 
 // ---- accelerator kernels written as bodies ---------------------------------------------------
 
-std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tensor>& inputs, const TensorBody& body) {
+namespace {
+// Note [64-bit as 32-bit] for a kernel body: 32-bit copies of its 64-bit inputs in, its 32-bit
+// results widened back (the body is also run on meta tensors, where this works alike).
+TensorBody narrowed_body(const TensorBody& body) {
+  return [body](const std::vector<at::Tensor>& inputs) {
+    bool narrowed_float = false, narrowed_int = false;
+    std::vector<at::Tensor> narrow;
+    for (const at::Tensor& t : inputs) {
+      if (t.defined() && is_64bit(t.scalar_type()) && !t.unsafeGetTensorImpl()->is_wrapped_number()) {
+        (t.scalar_type() == at::kDouble ? narrowed_float : narrowed_int) = true;
+        narrow.push_back(t.to(narrow_64bit(t.scalar_type())));
+      } else {
+        narrow.push_back(t);
+      }
+    }
+    std::vector<at::Tensor> results = body(narrow);
+    for (at::Tensor& r : results) {
+      if (r.defined() && ((narrowed_float && r.scalar_type() == at::kFloat) || (narrowed_int && r.scalar_type() == at::kInt))) {
+        r = r.to(widen_32bit(r.scalar_type()));
+      }
+    }
+    return results;
+  };
+}
+
+// Per kernel and input dtypes: whether the body's meta results matched its CPU results on
+// the first call (Note [Asynchronous kernels]); only then is the kernel queued.
+std::mutex g_kernel_verdicts_mutex;
+std::unordered_map<std::string, bool>& kernel_verdicts() {
+  static auto* verdicts = new std::unordered_map<std::string, bool>();
+  return *verdicts;
+}
+}  // namespace
+
+std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tensor>& inputs, const TensorBody& given) {
   DeviceCheck check;
-  for (const at::Tensor& t : inputs) check.add(t, name);
+  bool wide = false;
+  std::string signature = name;
+  for (const at::Tensor& t : inputs) {
+    check.add(t, name);
+    wide = wide || (t.defined() && is_64bit(t.scalar_type()));
+    signature += t.defined() ? "|" + std::string(c10::toString(t.scalar_type())) : "|-";
+  }
+  const TensorBody body = wide && compute_64bit_as_32bit() ? narrowed_body(given) : given;
   const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(runtime().current_device());
   // The outputs' metadata, for a queued kernel: the body run on meta tensors.
   std::vector<at::Tensor> meta_results;
   bool queue = asynchronous();
+  std::optional<bool> verdict;
   if (queue) {
+    {
+      std::lock_guard<std::mutex> lock(g_kernel_verdicts_mutex);
+      auto it = kernel_verdicts().find(signature);
+      if (it != kernel_verdicts().end()) verdict = it->second;
+    }
     std::vector<at::Tensor> metas;
     for (const at::Tensor& t : inputs) {
       metas.push_back(t.defined() ? at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::DeviceType::Meta))
                                   : t);
     }
     try {
-      meta_results = body(metas);
+      if (!verdict || *verdict) meta_results = body(metas);
     } catch (const c10::Error&) {
       queue = false;  // no meta kernel, or an error the CPU kernel will give at the call
     }
+    queue = queue && verdict.value_or(false);
   }
   if (!queue) {
     HostCall call;
@@ -891,6 +977,17 @@ std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tenso
       results = body(views);
     }
     for (at::Tensor& result : results) result = call.to_device(result);
+    if (asynchronous() && !verdict && !meta_results.empty()) {  // the first call: compare with the meta results
+      bool same = meta_results.size() == results.size();
+      for (size_t i = 0; i < results.size() && same; ++i) {
+        const at::Tensor &m = meta_results[i], &r = results[i];
+        same = m.defined() == r.defined() &&
+               (!r.defined() || (m.scalar_type() == r.scalar_type() && m.sizes() == r.sizes() &&
+                                 (r.numel() <= 1 || m.strides() == r.strides())));
+      }
+      std::lock_guard<std::mutex> lock(g_kernel_verdicts_mutex);
+      kernel_verdicts()[signature] = same;
+    }
     return results;
   }
   std::vector<at::Tensor> outputs;

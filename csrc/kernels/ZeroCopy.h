@@ -17,8 +17,16 @@
 //  - the outputs are allocated on the device, and a task on the current stream runs the
 //    CPU kernel and copies its results into them (an out= variant is not used in their
 //    place: some differ from their functional forms);
-//  - the first call of each dtype signature runs inline and checks the meta kernel's
-//    outputs against the CPU kernel's; a signature where they differ is never queued;
+//  - the first call of each dtype signature (the dtypes, layouts and flags of the
+//    arguments, not their sizes or numbers) runs inline and checks the meta kernel's outputs
+//    against the CPU kernel's; a signature where they differ is never queued. The check
+//    assumes that a meta kernel that agrees with the CPU kernel for one shape agrees for
+//    all shapes of the same dtypes and memory formats;
+//  - random ops run inline after draining their stream, so draws happen in program order
+//    (queued draws would follow the order the streams' workers run in); so do ops that
+//    write an argument sharing memory with another (overlap errors are raised at the call);
+//  - a queued kernel's scratch is host memory (its outputs are preallocated), so it never
+//    needs device memory the host may have taken meanwhile;
 //  - the task holds the runtime buffers of every operand and fresh host views, never a
 //    tensor owned by Python, so no task needs the GIL (HostWait.h);
 //  - ops that cannot be described ahead run on the calling thread after the stream is
@@ -98,9 +106,10 @@ struct HostCall {
 void enqueue_views(HostCall& call, std::function<void()> work);
 
 // Runs a kernel written as `body(host views...) -> CPU results` on neuron tensors: inline
-// (after draining, in asynchronous mode) or queued. `outputs_like(meta results)` is not
-// needed: the body itself is run on meta tensors to learn the outputs' metadata.
-// Used by the accelerator-specific kernels (Accelerator.cpp).
+// (after draining, in asynchronous mode) or queued; the body itself, run on meta tensors,
+// gives the outputs' metadata (checked against the CPU once per dtype signature). The
+// 64-bit rule applies (its inputs narrowed, its results widened). Used by the
+// accelerator-specific kernels (Accelerator.cpp); the body must capture by value.
 using TensorBody = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs)>;
 std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tensor>& inputs, const TensorBody& body);
 

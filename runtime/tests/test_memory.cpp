@@ -225,3 +225,48 @@ TEST(HostMemory, CachesPinnedBuffers) {
   EXPECT_EQ(b->data(), ptr);
   b->release();
 }
+
+// Review 7, item 11: a large request failed while the budget had room, because freed
+// segments left holes in the address range.
+TEST(DeviceMemory, HolesLeftByFreedSegmentsDoNotBlockLargerRequests) {
+  DeviceMemory memory(0, 64 * kMiB, MemoryBacking::kAnonymous, false);
+  std::vector<BufferRef> tensors;
+  for (int i = 0; i < 8; ++i) tensors.push_back(allocate(memory, 8 * kMiB));
+  for (int i = 0; i < 8; i += 2) tensors[i] = BufferRef();
+  memory.empty_cache();
+  EXPECT_EQ(memory.stats().reserved_bytes, 32 * kMiB);
+  BufferRef big = allocate(memory, 16 * kMiB);  // fits the budget: must not fail for the holes
+  EXPECT_EQ(big->size(), 16 * kMiB);
+  EXPECT_THROW(allocate(memory, 24 * kMiB), Error);  // beyond the budget: still refused
+}
+
+// Review 7, item 12: the peaks of the counts repeated their current values.
+TEST(DeviceMemory, PeaksOfCountsAreKept) {
+  DeviceMemory memory(0, 64 * kMiB, MemoryBacking::kAnonymous, false);
+  {
+    std::vector<BufferRef> live;
+    for (int i = 0; i < 10; ++i) live.push_back(allocate(memory, 1000));
+  }
+  MemoryStats stats = memory.stats();
+  EXPECT_EQ(stats.active_blocks, 0u);
+  EXPECT_EQ(stats.peak_active_blocks, 10u);
+  EXPECT_GE(stats.peak_segments, 1u);
+  EXPECT_EQ(stats.peak_requested_bytes, 10000u);
+  memory.reset_peak_stats();
+  EXPECT_EQ(memory.stats().peak_active_blocks, 0u);
+}
+
+// Review 7, item 1: memory that reaches the bridge without its Buffer (DLPack) is found.
+TEST(DeviceMemory, ShareBufferAtFindsTheBufferHoldingAnAddress) {
+  DeviceMemory memory(0, 64 * kMiB, MemoryBacking::kAnonymous, false);
+  BufferRef a = allocate(memory, 4096), b = allocate(memory, 4096);
+  Buffer* found = memory.share_buffer_at(static_cast<char*>(b->data()) + 100);
+  ASSERT_EQ(found, b.get());
+  EXPECT_EQ(b->use_count(), 2);
+  found->release();
+  void* gone = a->data();
+  a = BufferRef();
+  EXPECT_EQ(memory.share_buffer_at(gone), nullptr);  // freed: no buffer holds it
+  int local = 0;
+  EXPECT_EQ(memory.share_buffer_at(&local), nullptr);
+}

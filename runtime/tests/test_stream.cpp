@@ -222,3 +222,72 @@ TEST(Event, ElapsedTimeNeedsRecordedEvents) {
   Event a, b;
   EXPECT_THROW(a.elapsed_ms(b), Error);
 }
+
+// Review 7, item 13: abort() had no effect on later work in launch-blocking mode.
+TEST(Stream, AbortInLaunchBlockingModeStopsLaterWork) {
+  Stream stream(0, 0, /*launch_blocking=*/true);
+  stream.abort("collective timed out");
+  bool ran = false;
+  EXPECT_THROW(stream.enqueue([&] { ran = true; }), Error);
+  EXPECT_FALSE(ran);
+  Event event;
+  event.record(stream);
+  EXPECT_THROW(event.synchronize(), Error);
+  EXPECT_THROW(stream.synchronize(), Error);
+}
+
+// Review 7, item 14: Event::wait_for slept in 100 ms slices past short deadlines.
+TEST(Event, WaitForHonoursShortTimeouts) {
+  Stream stream(0, 0, false);
+  std::atomic<bool> release{false};
+  stream.enqueue([&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  Event event;
+  event.record(stream);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(event.wait_for(std::chrono::milliseconds(5)));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, std::chrono::milliseconds(95));  // the bug took >= 100 ms
+  release = true;
+  stream.synchronize();
+}
+
+// Review 7, item 5: in launch-blocking mode a short task finishing after a long one started
+// made the long one's marker count as reached.
+TEST(Stream, LaunchBlockingMarkersStayExactAcrossThreads) {
+  Stream stream(0, 0, /*launch_blocking=*/true);
+  std::atomic<bool> started{false}, release{false};
+  std::thread slow([&] {
+    stream.enqueue([&] {
+      started = true;
+      while (!release.load()) std::this_thread::yield();
+    });
+  });
+  while (!started.load()) std::this_thread::yield();
+  const uint64_t after_slow = stream.marker();
+  stream.enqueue([] {});  // finishes while the slow one runs
+  EXPECT_FALSE(stream.reached(after_slow));
+  EXPECT_FALSE(stream.query());
+  release = true;
+  slow.join();
+  EXPECT_TRUE(stream.reached(stream.marker()));
+}
+
+// Review 7, item 2: a failure is the device's, not one stream's.
+TEST(Stream, AFailureFailsEveryStreamOfTheDevice) {
+  auto device_failure = std::make_shared<FailureState>();
+  Stream a(0, 0, false, device_failure), b(0, 1, false, device_failure);
+  a.enqueue([] { throw std::runtime_error("index out of range"); });
+  EXPECT_THROW(a.synchronize(), Error);
+  bool ran = false;
+  b.enqueue([&] { ran = true; });
+  try {
+    b.synchronize();
+    FAIL() << "expected the device's failure";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("index out of range"), std::string::npos);
+    EXPECT_NE(std::string(error.what()).find("stream 0"), std::string::npos);
+  }
+  EXPECT_FALSE(ran);
+}
