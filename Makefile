@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
 DEBIAN_PACKAGES := g++ cmake ninja-build libgtest-dev ccache
-SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h runtime/*.cpp runtime/*.h) setup.py
+SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h csrc/compile/*.cpp csrc/compile/*.h runtime/*.cpp runtime/*.h) setup.py
 EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
 .PHONY: demo test test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean
@@ -54,7 +54,7 @@ $(EXTENSION): $(SOURCES) $(VENV)/.requirements.stamp
 	@# entry point and the neuron-migrate command); later builds recompile in place,
 	@# incrementally. Autoload is off while building: the installed backend would load the
 	@# old extension.
-	if grep -qs neuron-migrate $(VENV)/lib/python3*/site-packages/torch_neuron_sim-*.dist-info/entry_points.txt; then \
+	if grep -qs torch_dynamo_backends $(VENV)/lib/python3*/site-packages/torch_neuron_sim-*.dist-info/entry_points.txt; then \
 	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) setup.py -q build_ext --inplace; \
 	else \
 	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps -e .; fi

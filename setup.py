@@ -6,7 +6,8 @@ from setuptools import find_packages, setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/kernels/*.cpp") + glob.glob("runtime/*.cpp"))
+sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/kernels/*.cpp") + glob.glob("csrc/compile/*.cpp")
+                 + glob.glob("runtime/*.cpp"))
 
 setup(
     name="torch-neuron-sim",
@@ -25,6 +26,7 @@ setup(
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     entry_points={"torch.backends": ["torch_neuronx = torch_neuronx:_autoload"],
+                  "torch_dynamo_backends": ["neuron = torch_neuronx.neuron_dynamo_backend.backend:neuron_backend"],
                   "console_scripts": ["neuron-migrate = neuron_migrate.cli:main"]},
     python_requires=">=3.10",
 )

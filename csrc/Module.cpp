@@ -64,8 +64,13 @@ py::dict memory_stats(int device) {
 }  // namespace
 }  // namespace torch_neuron
 
+namespace torch_neuron {
+void bind_programs(pybind11::module& m);  // compile/Bindings.cpp
+}
+
 PYBIND11_MODULE(_C, m) {
   using namespace torch_neuron;
+  bind_programs(m);
   install_redirecting_cpu_allocator();
   m.doc() = "torch-neuron-sim: bridge between PyTorch and the simulated Neuron runtime";
   m.def("_init", [] { runtime(); });
@@ -180,6 +185,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("metrics_report", [](const std::vector<std::string>& counters, const std::vector<std::string>& metrics) {
     return neuron_rt::Metrics::get().report(counters, metrics);
   });
+  m.def("metrics_increment", [](const std::string& name, int64_t by) { neuron_rt::Metrics::get().increment(name, by); });
+  m.def("metrics_record", [](const std::string& name, double value) { neuron_rt::Metrics::get().record(name, value); });
   m.def("clear_counters", [] { neuron_rt::Metrics::get().clear_counters(); });
   m.def("clear_metrics", [] { neuron_rt::Metrics::get().clear_metrics(); });
   m.def("topology", [] {

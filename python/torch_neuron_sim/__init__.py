@@ -31,6 +31,10 @@ def _read_op_set(path):
 
 _C._set_torchneuron_op_set(*_read_op_set(_OP_SET_FILE))
 
+from . import compile as _compile  # noqa: E402
+
+_compile.register()
+
 if torch._C._get_privateuse1_backend_name() != "neuron":
     torch.utils.rename_privateuse1_backend("neuron")
     torch._register_device_module("neuron", _neuron_module)

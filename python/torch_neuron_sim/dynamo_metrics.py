@@ -17,6 +17,9 @@ class NeuronCompilationMetrics:
     torch_neuronx_fx_passes_us: int
     torch_neuronx_lower_us: int
     torch_neuronx_compile_us: int
+    # Ours, beyond AWS's record:
+    recompile_reason: str | None = None  # why Dynamo compiled this graph again (its guard failure)
+    cache_hit: bool = False  # the program came from the cache (memory or disk)
 
 
 _records = []

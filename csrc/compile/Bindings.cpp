@@ -1,0 +1,136 @@
+// _C bindings of compiled programs (Note [Programs], Note [Executing programs]): the
+// compiler (python/torch_neuron_sim/compile/) describes a program as a dict, which is
+// encoded here; programs run through ProgramExecutor; the cache is the runtime's.
+#include <torch/csrc/utils/pybind.h>
+#include <torch/extension.h>
+
+#include "../NeuronCommon.h"
+#include "Executor.h"
+#include "runtime/program.h"
+
+namespace torch_neuron {
+namespace {
+
+namespace py = pybind11;
+using neuron_rt::ProgramArg;
+using neuron_rt::ProgramDesc;
+using neuron_rt::ProgramValue;
+
+ProgramDesc program_from_dict(const py::dict& d) {
+  ProgramDesc p;
+  p.name = d["name"].cast<std::string>();
+  for (const auto& item : d["values"].cast<py::list>()) {
+    auto v = item.cast<py::dict>();
+    ProgramValue value;
+    value.kind = ProgramValue::Kind(v["kind"].cast<int>());
+    value.index = v["index"].cast<int64_t>();
+    value.bytes = v["bytes"].cast<uint64_t>();
+    value.on_host = v["on_host"].cast<bool>();
+    value.spec.dtype = v["dtype"].cast<int32_t>();
+    value.spec.sizes = v["sizes"].cast<std::vector<int64_t>>();
+    value.spec.strides = v["strides"].cast<std::vector<int64_t>>();
+    value.spec.offset = v["offset"].cast<int64_t>();
+    p.values.push_back(std::move(value));
+  }
+  p.inputs = d["inputs"].cast<std::vector<int32_t>>();
+  for (const auto& item : d["constants"].cast<py::list>()) p.constants.push_back(item.cast<std::string>());
+  for (const auto& item : d["nodes"].cast<py::list>()) {
+    auto n = item.cast<py::dict>();
+    neuron_rt::ProgramNode node;
+    node.op = n["op"].cast<std::string>();
+    for (const auto& a : n["args"].cast<py::list>()) {
+      auto t = a.cast<py::tuple>();
+      ProgramArg arg;
+      arg.kind = ProgramArg::Kind(t[0].cast<int>());
+      arg.integer = t[1].cast<int64_t>();
+      arg.real = t[2].cast<double>();
+      arg.list = t[3].cast<std::vector<int64_t>>();
+      arg.reals = t[4].cast<std::vector<double>>();
+      arg.text = t[5].cast<std::string>();
+      node.args.push_back(std::move(arg));
+    }
+    node.outputs = n["outputs"].cast<std::vector<int32_t>>();
+    p.nodes.push_back(std::move(node));
+  }
+  p.outputs = d["outputs"].cast<std::vector<int32_t>>();
+  p.arena_bytes = d["arena_bytes"].cast<uint64_t>();
+  for (const auto& [k, v] : d["metadata"].cast<py::dict>()) p.metadata[k.cast<std::string>()] = v.cast<std::string>();
+  return p;
+}
+
+py::dict summary(const ProgramDesc& p) {
+  py::dict d;
+  d["name"] = p.name;
+  d["values"] = p.values.size();
+  d["nodes"] = p.nodes.size();
+  d["inputs"] = p.inputs.size();
+  d["outputs"] = p.outputs.size();
+  d["constants"] = p.constants.size();
+  d["arena_bytes"] = p.arena_bytes;
+  py::list ops;
+  for (const auto& node : p.nodes) ops.append(node.op);
+  d["ops"] = ops;
+  py::dict metadata;
+  for (const auto& [k, v] : p.metadata) metadata[py::str(k)] = v;
+  d["metadata"] = metadata;
+  return d;
+}
+
+}  // namespace
+
+void bind_programs(py::module& m) {
+  m.def("scalar_type_code", [](at::ScalarType type) { return int(type); });
+  m.def("encode_program", [](const py::dict& d) {
+    auto p = program_from_dict(d);
+    return py::bytes(neuron_rt::encode_program(p));
+  });
+  m.def("describe_program", [](const py::bytes& payload) {
+    return summary(NEURON_RT_CALL(neuron_rt::decode_program(std::string(payload))));
+  });
+  m.def("seal_program", [](const std::string& key, const py::bytes& payload) {
+    return py::bytes(neuron_rt::seal_program(key, std::string(payload)));
+  });
+  m.def("unseal_program", [](const py::bytes& file, const std::string& key) {
+    return py::bytes(NEURON_RT_CALL(neuron_rt::unseal_program(std::string(file), key)));
+  });
+
+  py::class_<ProgramExecutor, std::shared_ptr<ProgramExecutor>>(m, "Program")
+      .def(py::init([](const py::bytes& payload, int device) {
+             auto desc = NEURON_RT_CALL(neuron_rt::decode_program(std::string(payload)));
+             return std::make_shared<ProgramExecutor>(std::move(desc), static_cast<c10::DeviceIndex>(device));
+           }),
+           py::arg("payload"), py::arg("device"))
+      .def("run", [](ProgramExecutor& self, const std::vector<at::Tensor>& inputs) { return self.run(inputs); })
+      .def_property_readonly("name", [](const ProgramExecutor& self) { return self.program().name; })
+      .def_property_readonly("calls", &ProgramExecutor::calls)
+      .def_property_readonly("direct_nodes", &ProgramExecutor::direct_nodes)
+      .def_property_readonly("dispatched_nodes", &ProgramExecutor::dispatched_nodes)
+      .def_property_readonly("arena_bytes", [](const ProgramExecutor& self) { return self.program().arena_bytes; });
+
+  py::class_<neuron_rt::ProgramCache, std::shared_ptr<neuron_rt::ProgramCache>>(m, "ProgramCache")
+      .def(py::init([](const std::string& directory, size_t max_entries, py::object report) {
+             std::function<void(const std::string&)> callback;
+             if (!report.is_none()) {
+               callback = [report](const std::string& message) {
+                 py::gil_scoped_acquire gil;
+                 report(message);
+               };
+             }
+             return std::make_shared<neuron_rt::ProgramCache>(directory, max_entries, callback);
+           }),
+           py::arg("directory"), py::arg("max_entries"), py::arg("report") = py::none())
+      .def("get",
+           [](neuron_rt::ProgramCache& self, const std::string& key) -> py::object {
+             bool from_disk = false;
+             auto payload = self.get(key, &from_disk);
+             if (!payload) return py::none();
+             return py::make_tuple(py::bytes(*payload), from_disk);
+           })
+      .def("put", [](neuron_rt::ProgramCache& self, const std::string& key,
+                     const py::bytes& payload) { self.put(key, std::string(payload)); })
+      .def("clear_memory", &neuron_rt::ProgramCache::clear_memory)
+      .def_property_readonly("directory", &neuron_rt::ProgramCache::directory)
+      .def_static("path_for", &neuron_rt::ProgramCache::path_for);
+}
+
+}  // namespace torch_neuron

@@ -1,0 +1,456 @@
+#include "Executor.h"
+
+#include <ATen/CPUFunctions.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/core/List.h>
+#include <ATen/ScalarOps.h>
+#include <c10/core/DeviceGuard.h>
+
+#include <cstring>
+#include <unordered_map>
+
+#include "../NeuronAllocator.h"
+#include "../NeuronCommon.h"
+#include "../NeuronGenerator.h"
+#include "../kernels/ZeroCopy.h"
+
+namespace torch_neuron {
+
+using neuron_rt::ProgramArg;
+using neuron_rt::ProgramValue;
+
+struct ProgramExecutor::RunState {
+  std::vector<at::Tensor> values;  // host views of the values that change per call
+};
+
+struct ProgramExecutor::Step {
+  std::string name;
+  std::optional<c10::OperatorHandle> op;
+  torch::jit::Stack arguments;           // constants filled in; tensors filled per call
+  struct TensorSlot {
+    size_t position;
+    int list_index;  // -1: the argument itself; else an element of a tensor list
+    int value;       // -1: None (in an optional list)
+  };
+  std::vector<TensorSlot> tensors;
+  std::vector<size_t> generators;        // positions of Generator? arguments
+  std::vector<size_t> tensor_lists;      // positions of tensor-list arguments (rebuilt per call)
+  std::vector<int> outputs;              // value per return, -1 when unused
+  bool lend = false;                     // the single output's memory is lent to the kernel
+  // The direct path: an at::cpu::*_out kernel on the values (null: through the dispatcher).
+  std::function<void(const ProgramExecutor::Step&, const std::function<const at::Tensor&(int)>&)> direct;
+};
+
+namespace {
+
+at::ScalarType scalar_type(int32_t code) { return static_cast<at::ScalarType>(code); }
+
+size_t storage_bytes(const neuron_rt::TensorSpec& spec) {
+  const size_t item = c10::elementSize(scalar_type(spec.dtype));
+  return at::detail::computeStorageNbytes(spec.sizes, spec.strides, item, spec.offset);
+}
+
+bool contiguous(const neuron_rt::TensorSpec& spec) {
+  int64_t expected = 1;
+  for (int64_t d = int64_t(spec.sizes.size()) - 1; d >= 0; --d) {
+    if (spec.sizes[d] != 1 && spec.strides[d] != expected) return false;
+    expected *= spec.sizes[d];
+  }
+  return spec.offset == 0;
+}
+
+// A CPU tensor over `data` (memory the caller keeps alive) with the spec's metadata.
+at::Tensor host_tensor(void* data, size_t nbytes, const neuron_rt::TensorSpec& spec) {
+  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), nbytes, c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)),
+      nullptr, /*resizable=*/false));
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                          c10::scalarTypeToTypeMeta(scalar_type(spec.dtype)));
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(spec.sizes, spec.strides, spec.offset);
+  return tensor;
+}
+
+at::Tensor view_of(const at::Tensor& base, const neuron_rt::TensorSpec& spec) {
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(base.storage()),
+                                                          base.unsafeGetTensorImpl()->key_set(),
+                                                          c10::scalarTypeToTypeMeta(scalar_type(spec.dtype)));
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(spec.sizes, spec.strides, spec.offset);
+  return tensor;
+}
+
+void check_input(const at::Tensor& t, const neuron_rt::TensorSpec& spec, size_t index, const std::string& name,
+                 c10::DeviceIndex device) {
+  TORCH_CHECK(t.defined(), "compiled graph ", name, ": input ", index, " is None; expected a tensor");
+  TORCH_CHECK(t.device().type() == kNeuron && t.device().index() == device, "compiled graph ", name, ": input ",
+              index, " is on ", t.device(), "; the graph was compiled for neuron:", int(device),
+              ". Move it with .to('neuron:", int(device), "')");
+  TORCH_CHECK(t.scalar_type() == scalar_type(spec.dtype) && t.sizes() == c10::IntArrayRef(spec.sizes),
+              "compiled graph ", name, ": input ", index, " is ", t.scalar_type(), t.sizes(), "; the graph was compiled for ",
+              scalar_type(spec.dtype), c10::IntArrayRef(spec.sizes),
+              " (torch.compile recompiles for new shapes; a direct call of the program must match)");
+  bool same_strides = true;
+  for (size_t d = 0; d < spec.sizes.size(); ++d) {
+    if (spec.sizes[d] > 1 && t.strides()[d] != spec.strides[d]) same_strides = false;
+  }
+  TORCH_CHECK(same_strides, "compiled graph ", name, ": input ", index, " has strides ", t.strides(),
+              "; the graph was compiled for ", c10::IntArrayRef(spec.strides));
+}
+
+c10::IValue argument_value(const ProgramArg& arg) {
+  switch (arg.kind) {
+    case ProgramArg::Kind::kNone: return c10::IValue();
+    case ProgramArg::Kind::kInt: return c10::IValue(arg.integer);
+    case ProgramArg::Kind::kDouble: return c10::IValue(arg.real);
+    case ProgramArg::Kind::kBool: return c10::IValue(arg.integer != 0);
+    case ProgramArg::Kind::kIntList: return c10::IValue(c10::List<int64_t>(arg.list));
+    case ProgramArg::Kind::kDoubleList: return c10::IValue(c10::List<double>(arg.reals));
+    case ProgramArg::Kind::kBoolList: {
+      c10::List<bool> list;
+      for (int64_t v : arg.list) list.push_back(v != 0);
+      return c10::IValue(list);
+    }
+    case ProgramArg::Kind::kString: return c10::IValue(arg.text);
+    case ProgramArg::Kind::kDevice: return c10::IValue(c10::Device(c10::DeviceType::CPU));  // kernels run on host views
+    case ProgramArg::Kind::kScalarType: return c10::IValue(arg.integer);
+    case ProgramArg::Kind::kLayout: return c10::IValue(arg.integer);
+    case ProgramArg::Kind::kMemoryFormat: return c10::IValue(arg.integer);
+    case ProgramArg::Kind::kValue:
+    case ProgramArg::Kind::kValueList: return c10::IValue();  // filled per call
+  }
+  return c10::IValue();
+}
+
+using Get = std::function<const at::Tensor&(int)>;
+using Direct = std::function<void(const ProgramExecutor::Step&, const Get&)>;
+
+int value_at(const ProgramExecutor::Step& step, size_t position) {
+  for (const auto& slot : step.tensors) {
+    if (slot.position == position && slot.list_index < 0) return slot.value;
+  }
+  return -1;
+}
+
+// Direct kernels: ops whose structured CPU kernel has an out= form, called on the values.
+Direct direct_kernel(const std::string& name, const ProgramExecutor::Step& step) {
+  const int out = step.outputs.empty() ? -1 : step.outputs[0];
+  auto t = [&step](size_t position) { return value_at(step, position); };
+  const int a = t(0), b = t(1), c = t(2);
+  const auto& args = step.arguments;
+  if (name == "aten::mm") return [=](const auto&, const Get& v) { at::cpu::mm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
+  if (name == "aten::bmm") return [=](const auto&, const Get& v) { at::cpu::bmm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
+  if (name == "aten::addmm" && c >= 0) {
+    const at::Scalar beta = args[3].toScalar(), alpha = args[4].toScalar();
+    return [=](const auto&, const Get& v) { at::cpu::addmm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), v(c), beta, alpha); };
+  }
+  if (b >= 0 && (name == "aten::add.Tensor" || name == "aten::sub.Tensor")) {
+    const at::Scalar alpha = args[2].toScalar();
+    if (name == "aten::add.Tensor") {
+      return [=](const auto&, const Get& v) { at::cpu::add_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), alpha); };
+    }
+    return [=](const auto&, const Get& v) { at::cpu::sub_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), alpha); };
+  }
+  if (b >= 0 && name == "aten::mul.Tensor") return [=](const auto&, const Get& v) { at::cpu::mul_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
+  if (b >= 0 && name == "aten::div.Tensor") return [=](const auto&, const Get& v) { at::cpu::div_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
+  if (name == "aten::neg") return [=](const auto&, const Get& v) { at::cpu::neg_out(const_cast<at::Tensor&>(v(out)), v(a)); };
+  if (name == "aten::rsqrt") return [=](const auto&, const Get& v) { at::cpu::rsqrt_out(const_cast<at::Tensor&>(v(out)), v(a)); };
+  if (name == "aten::silu") return [=](const auto&, const Get& v) { at::cpu::silu_out(const_cast<at::Tensor&>(v(out)), v(a)); };
+  if (name == "aten::cos") return [=](const auto&, const Get& v) { at::cpu::cos_out(const_cast<at::Tensor&>(v(out)), v(a)); };
+  if (name == "aten::sin") return [=](const auto&, const Get& v) { at::cpu::sin_out(const_cast<at::Tensor&>(v(out)), v(a)); };
+  if (name == "aten::pow.Tensor_Scalar") {
+    const at::Scalar exponent = args[1].toScalar();
+    return [=](const auto&, const Get& v) { at::cpu::pow_out(const_cast<at::Tensor&>(v(out)), v(a), exponent); };
+  }
+  if (name == "aten::mean.dim" && args[3].isNone()) {
+    const std::vector<int64_t> dims = args[1].isNone() ? std::vector<int64_t>{} : args[1].toIntVector();
+    const bool keepdim = args[2].toBool();
+    const bool all = args[1].isNone();
+    return [=](const auto&, const Get& v) {
+      at::cpu::mean_out(const_cast<at::Tensor&>(v(out)), v(a), all ? at::OptionalIntArrayRef() : at::OptionalIntArrayRef(dims),
+                        keepdim, std::nullopt);
+    };
+  }
+  if (name == "aten::_softmax") {
+    const int64_t dim = args[1].toInt();
+    const bool half = args[2].toBool();
+    return [=](const auto&, const Get& v) { at::cpu::_softmax_out(const_cast<at::Tensor&>(v(out)), v(a), dim, half); };
+  }
+  if (name == "aten::where.self" && b >= 0 && c >= 0) {
+    return [=](const auto&, const Get& v) { at::cpu::where_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), v(c)); };
+  }
+  if (name == "aten::clone" || name == "aten::_to_copy") {  // between values of the device: a (converting) copy
+    return [=](const auto&, const Get& v) { const_cast<at::Tensor&>(v(out)).copy_(v(a)); };
+  }
+  if (name == "aten::copy_" && b >= 0) {  // in place, into its first argument
+    return [=](const auto&, const Get& v) { const_cast<at::Tensor&>(v(a)).copy_(v(b)); };
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+ProgramExecutor::ProgramExecutor(neuron_rt::ProgramDesc program, c10::DeviceIndex device)
+    : program_(std::move(program)), device_(device) {
+  NEURON_RT_CALL(runtime().check_device(device_));
+  build();
+}
+
+ProgramExecutor::~ProgramExecutor() = default;
+
+size_t ProgramExecutor::direct_nodes() const {
+  size_t n = 0;
+  for (const auto& step : steps_) n += step->direct ? 1 : 0;
+  return n;
+}
+
+size_t ProgramExecutor::dispatched_nodes() const { return steps_.size() - direct_nodes(); }
+
+void ProgramExecutor::build() {
+  const auto& values = program_.values;
+  const size_t count = values.size();
+  fixed_.assign(count, at::Tensor());
+  per_call_.assign(count, false);
+  root_.resize(count);
+  auto& memory = NEURON_RT_CALL(runtime().memory(device_));
+  arena_ = neuron_rt::BufferRef::adopt(NEURON_RT_CALL(memory.allocate(program_.arena_bytes)));
+  for (const std::string& bytes : program_.constants) {
+    auto buffer = neuron_rt::BufferRef::adopt(NEURON_RT_CALL(memory.allocate(bytes.size())));
+    if (!bytes.empty()) {
+      neuron_rt::GuardScope scope;
+      scope.add(buffer.get());
+      std::memcpy(buffer->data(), bytes.data(), bytes.size());
+    }
+    constants_.push_back(std::move(buffer));
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const ProgramValue& value = values[i];
+    root_[i] = int(i);
+    switch (value.kind) {
+      case ProgramValue::Kind::kInput:
+      case ProgramValue::Kind::kOutput:
+      case ProgramValue::Kind::kDynamic:
+        per_call_[i] = true;
+        break;
+      case ProgramValue::Kind::kConstant: {
+        auto& buffer = constants_[value.index];
+        fixed_[i] = host_tensor(buffer->data(), buffer->size(), value.spec);
+        break;
+      }
+      case ProgramValue::Kind::kArena: {
+        char* base = static_cast<char*>(arena_->data()) + value.index;
+        neuron_rt::TensorSpec spec = value.spec;
+        fixed_[i] = host_tensor(base, value.bytes, spec);
+        break;
+      }
+      case ProgramValue::Kind::kView: {
+        root_[i] = root_[value.index];
+        per_call_[i] = per_call_[value.index];
+        if (!per_call_[i]) fixed_[i] = view_of(fixed_[value.index], value.spec);
+        break;
+      }
+    }
+  }
+  for (const auto& node : program_.nodes) {
+    auto step = std::make_unique<Step>();
+    step->name = node.op;
+    step->outputs = node.outputs;
+    const size_t dot = node.op.find('.');
+    const std::string name = node.op.substr(0, dot);
+    const std::string overload = dot == std::string::npos ? "" : node.op.substr(dot + 1);
+    auto op = c10::Dispatcher::singleton().findSchema({name, overload});
+    TORCH_CHECK(op.has_value(), "program ", program_.name, ": no operator ", node.op,
+                " in this PyTorch (the program was made by another version; it is recompiled)");
+    step->op = op;
+    const auto& schema = op->schema();
+    TORCH_CHECK(node.args.size() == schema.arguments().size(), "program ", program_.name, ": ", node.op, " has ",
+                node.args.size(), " arguments, its schema ", schema.arguments().size());
+    for (size_t a = 0; a < node.args.size(); ++a) {
+      const ProgramArg& arg = node.args[a];
+      step->arguments.push_back(argument_value(arg));
+      auto type = schema.arguments()[a].real_type();
+      if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+      const bool number = arg.kind == ProgramArg::Kind::kInt || arg.kind == ProgramArg::Kind::kDouble ||
+                          arg.kind == ProgramArg::Kind::kBool;
+      if (number && type->kind() == c10::TypeKind::TensorType) {
+        // a Python number where the schema wants a tensor (x + 1): a wrapped number, as eager makes it
+        at::Tensor wrapped = at::scalar_to_tensor(step->arguments.back().toScalar());
+        wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
+        step->arguments.back() = wrapped;
+      }
+      if (type->kind() == c10::TypeKind::GeneratorType) step->generators.push_back(a);
+      if (arg.kind == ProgramArg::Kind::kValue) {
+        step->tensors.push_back({a, -1, int(arg.integer)});
+      } else if (arg.kind == ProgramArg::Kind::kValueList) {
+        step->tensor_lists.push_back(a);
+        for (size_t e = 0; e < arg.list.size(); ++e) step->tensors.push_back({a, int(e), int(arg.list[e])});
+      }
+    }
+    const bool slot_output = node.outputs.size() == 1 && node.outputs[0] >= 0 &&
+                             (values[node.outputs[0]].kind == ProgramValue::Kind::kArena ||
+                              values[node.outputs[0]].kind == ProgramValue::Kind::kOutput) &&
+                             !values[node.outputs[0]].on_host;
+    step->lend = slot_output && contiguous(values[node.outputs[0]].spec);
+    bool all_device = true;
+    for (const auto& slot : step->tensors) {
+      if (slot.value >= 0 && values[slot.value].on_host) all_device = false;
+    }
+    const bool in_place = node.op == "aten::copy_";
+    if ((slot_output || in_place) && all_device && step->tensor_lists.empty()) step->direct = direct_kernel(node.op, *step);
+    steps_.push_back(std::move(step));
+  }
+}
+
+void ProgramExecutor::bind_call(RunState& state, const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs) {
+  const auto& values = program_.values;
+  state.values.assign(values.size(), at::Tensor());
+  std::vector<at::Tensor> output_by_value(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const ProgramValue& value = values[i];
+    if (value.kind == ProgramValue::Kind::kInput) {
+      state.values[i] = host_view(inputs[value.index]);
+    } else if (value.kind == ProgramValue::Kind::kOutput) {
+      if (value.on_host) {
+        output_by_value[i] = at::empty_strided(value.spec.sizes, value.spec.strides,
+                                               at::TensorOptions().dtype(scalar_type(value.spec.dtype)));
+        state.values[i] = output_by_value[i];
+      } else {
+        output_by_value[i] = at::empty_strided(
+            value.spec.sizes, value.spec.strides,
+            at::TensorOptions().dtype(scalar_type(value.spec.dtype)).device(kNeuron, device_));
+        state.values[i] = host_view(output_by_value[i]);
+      }
+    } else if (value.kind == ProgramValue::Kind::kView && per_call_[i]) {
+      state.values[i] = view_of(state.values[value.index], value.spec);
+    }
+  }
+  // Each output as the caller sees it: a neuron tensor (a view of an input or of a fresh output).
+  for (int32_t id : program_.outputs) {
+    const ProgramValue& value = values[id];
+    const int root = root_[id];
+    const ProgramValue& base = values[root];
+    at::Tensor device_base;
+    if (base.kind == ProgramValue::Kind::kInput) {
+      device_base = inputs[base.index];
+    } else if (base.kind == ProgramValue::Kind::kOutput) {
+      device_base = output_by_value[root];
+    } else {
+      TORCH_CHECK(false, "program ", program_.name, ": output value ", id, " is not backed by an input or an output");
+    }
+    outputs.push_back(value.kind == ProgramValue::Kind::kView
+                          ? device_base.as_strided(value.spec.sizes, value.spec.strides, value.spec.offset)
+                          : device_base);
+  }
+}
+
+void ProgramExecutor::execute(RunState& state) {
+  const auto& values = program_.values;
+  const Get get = [&](int id) -> const at::Tensor& { return per_call_[id] ? state.values[id] : fixed_[id]; };
+  for (const auto& step_pointer : steps_) {
+    const Step& step = *step_pointer;
+    if (step.direct) {
+      step.direct(step, get);
+      continue;
+    }
+    torch::jit::Stack stack = step.arguments;
+    for (size_t position : step.tensor_lists) {
+      c10::List<std::optional<at::Tensor>> optional_list;
+      bool has_none = false;
+      std::vector<at::Tensor> list;
+      for (const auto& slot : step.tensors) {
+        if (slot.position != position) continue;
+        if (slot.value < 0) {
+          has_none = true;
+          list.emplace_back();
+        } else {
+          list.push_back(get(slot.value));
+        }
+      }
+      if (has_none || step.op->schema().arguments()[position].real_type()->str().find("?") != std::string::npos) {
+        for (const auto& t : list) optional_list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
+        stack[position] = c10::IValue(optional_list);
+      } else {
+        stack[position] = c10::IValue(c10::List<at::Tensor>(list));
+      }
+    }
+    for (const auto& slot : step.tensors) {
+      if (slot.list_index < 0) stack[slot.position] = get(slot.value);
+    }
+    for (size_t position : step.generators) {
+      if (stack[position].isNone()) stack[position] = engine_for(std::nullopt, device_);
+    }
+    {
+      std::optional<LendOutputs> lend;
+      if (step.lend) {
+        const at::Tensor& slot = get(step.outputs[0]);
+        lend.emplace(std::vector<std::pair<void*, size_t>>{{slot.data_ptr(), size_t(slot.nbytes())}});
+      }
+      step.op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+    }
+    for (size_t r = 0; r < step.outputs.size() && r < stack.size(); ++r) {
+      const int id = step.outputs[r];
+      if (id < 0 || !stack[r].isTensor()) continue;
+      const at::Tensor& result = stack[r].toTensor();
+      const ProgramValue::Kind kind = values[id].kind;
+      if (kind == ProgramValue::Kind::kDynamic || (kind == ProgramValue::Kind::kView && per_call_[id])) {
+        state.values[id] = result;
+        continue;
+      }
+      const at::Tensor& slot = get(id);
+      const bool in_place = result.const_data_ptr() == slot.const_data_ptr() && result.sizes() == slot.sizes() &&
+                            result.strides() == slot.strides();
+      if (!in_place) const_cast<at::Tensor&>(slot).copy_(result);
+    }
+  }
+}
+
+std::vector<at::Tensor> ProgramExecutor::run(const std::vector<at::Tensor>& inputs) {
+  TORCH_CHECK(inputs.size() == program_.inputs.size(), "compiled graph ", program_.name, " takes ",
+              program_.inputs.size(), " inputs, got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_input(inputs[i], program_.values[program_.inputs[i]].spec, i, program_.name, device_);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  calls_.fetch_add(1);
+  auto& rt = runtime();
+  auto& stream = current_stream(device_);
+  // The arena is reused call after call: a call on another stream first waits for the
+  // previous user of the arena (calls on one stream are ordered by the stream).
+  if (arena_stream_ && arena_stream_ != &stream) {
+    auto* previous = static_cast<const neuron_rt::Stream*>(arena_stream_);
+    if (!previous->reached(arena_marker_)) synchronize_stream(const_cast<neuron_rt::Stream&>(*previous));
+  }
+  auto state = std::make_shared<RunState>();
+  std::vector<at::Tensor> outputs;
+  c10::DeviceGuard guard(c10::Device(kNeuron, device_));
+  bind_call(*state, inputs, outputs);
+  if (rt.launch_blocking()) {
+    neuron_rt::GuardScope scope;
+    scope.add(arena_.get());
+    for (auto& constant : constants_) scope.add(constant.get());
+    for (const at::Tensor& t : inputs) scope.add(buffer_ref_of(t.storage()).get());
+    for (const at::Tensor& t : outputs) scope.add(buffer_ref_of(t.storage()).get());
+    execute(*state);
+  } else {
+    // One task: it holds every buffer the program touches; its host views are fresh.
+    std::vector<neuron_rt::BufferRef> buffers{arena_};
+    for (auto& constant : constants_) buffers.push_back(constant);
+    for (const at::Tensor& t : inputs) buffers.push_back(buffer_ref_of(t.storage()));
+    for (const at::Tensor& t : outputs) buffers.push_back(buffer_ref_of(t.storage()));
+    const c10::DeviceIndex device = device_;
+    NEURON_RT_CALL(stream.enqueue([self = shared_from_this(), state, buffers = std::move(buffers), device]() mutable {
+      neuron_rt::GuardScope scope;
+      for (auto& buffer : buffers) scope.add(buffer.get());
+      try {
+        self->execute(*state);
+      } catch (const c10::Error& error) {
+        throw std::runtime_error("compiled graph " + self->program_.name + ": " + error.what_without_backtrace());
+      }
+      state.reset();  // host views go before the buffers they borrow from
+    }));
+  }
+  arena_stream_ = &stream;
+  arena_marker_ = stream.marker();
+  return outputs;
+}
+
+}  // namespace torch_neuron

@@ -1,0 +1,76 @@
+// Note [Executing programs]
+// A ProgramExecutor runs a program (Note [Programs] in runtime/program.h) on the neuron
+// device with no Python per op: one call runs every node, in order, with ATen's CPU
+// kernels on host views of device memory (Note [Zero-copy kernels]).
+//  - Memory follows the program's static plan: intermediates live at fixed offsets of an
+//    arena the executor allocates once and reuses for every call (their host views are
+//    made once); each output gets a fresh device tensor per call; views are computed when
+//    the program is loaded, not run as ops.
+//  - A node's kernel writes its result straight into the value's planned memory: common
+//    ops call their `at::cpu::*_out` kernel on the slot; any other op runs through the
+//    dispatcher with the slot's memory lent to its output allocation (LendOutputs), so
+//    almost nothing is copied.
+//  - Launch-blocking mode runs the nodes on the calling thread; asynchronous mode queues
+//    the whole program as one task on the current stream (the task holds the buffers of
+//    its inputs, outputs, arena and constants), so a compiled forward costs the host one
+//    enqueue.
+//  - A call checks its inputs (count, device, dtype, sizes, strides) against the program:
+//    a mismatch is a clear error naming the input, never a wrong result.
+//
+// Thread safety: run() may be called from any thread; calls of one executor are
+// serialised (they share the arena).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/buffer.h"
+#include "runtime/program.h"
+
+namespace torch_neuron {
+
+class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
+ public:
+  ProgramExecutor(neuron_rt::ProgramDesc program, c10::DeviceIndex device);
+  ~ProgramExecutor();
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs);
+
+  const neuron_rt::ProgramDesc& program() const { return program_; }
+  c10::DeviceIndex device() const { return device_; }
+  uint64_t calls() const { return calls_.load(); }
+  // Nodes run by a direct `at::cpu::*_out` kernel / through the dispatcher.
+  size_t direct_nodes() const;
+  size_t dispatched_nodes() const;
+
+  struct Step;
+  struct RunState;
+
+ private:
+  void build();
+  void bind_call(RunState& state, const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs);
+  void execute(RunState& state);
+
+  neuron_rt::ProgramDesc program_;
+  const c10::DeviceIndex device_;
+  std::mutex mutex_;
+  neuron_rt::BufferRef arena_;
+  std::vector<neuron_rt::BufferRef> constants_;
+  // Per value: its host view when it does not change between calls (arena, constants and
+  // views of them), else undefined.
+  std::vector<at::Tensor> fixed_;
+  std::vector<bool> per_call_;  // the value depends on a call's inputs or outputs
+  std::vector<int> root_;       // the value whose storage a value uses (itself for roots)
+  std::vector<std::unique_ptr<Step>> steps_;
+  std::atomic<uint64_t> calls_{0};
+  const void* arena_stream_ = nullptr;  // the stream of the last call (the arena's user)
+  uint64_t arena_marker_ = 0;
+};
+
+}  // namespace torch_neuron

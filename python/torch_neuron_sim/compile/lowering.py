@@ -1,0 +1,365 @@
+"""FX graph (ATen, after AOTAutograd and our passes) -> program (Note [Programs] in
+runtime/program.h): values with a static memory plan, nodes with their arguments.
+
+Values:
+- placeholders are inputs; tensor attributes (folded constants) are constants;
+- a view op (view, permute, slice, ...) makes no node: its value is a view of its base's
+  storage, with the sizes, strides and offset that fake-tensor propagation gave it;
+- every other op's result is a root value: planned in the arena, or an output (a fresh
+  buffer per call) when the graph returns it or a view of it; an op that returns one of its
+  arguments (in-place, out=) makes no new value.
+The arena plan: each planned root lives from the node that makes it to the last node that
+reads it or a view of it; roots whose lifetimes do not overlap share bytes (best fit)."""
+import dataclasses
+import operator
+
+import torch
+from torch.fx import Node
+
+from .. import _C
+
+# ProgramValue kinds, ProgramArg kinds (runtime/program.h).
+INPUT, CONSTANT, ARENA, OUTPUT, VIEW, DYNAMIC = range(6)
+A_NONE, A_VALUE, A_INT, A_DOUBLE, A_BOOL, A_INTS, A_DOUBLES, A_BOOLS, A_VALUES, A_STRING, A_DEVICE, \
+    A_DTYPE, A_LAYOUT, A_FORMAT = range(14)
+ALIGNMENT = 64
+
+aten = torch.ops.aten
+VIEW_OPS = {
+    aten.view.default, aten._unsafe_view.default, aten.t.default, aten.transpose.int, aten.permute.default,
+    aten.expand.default, aten.slice.Tensor, aten.select.int, aten.unsqueeze.default, aten.squeeze.dim,
+    aten.squeeze.dims, aten.squeeze.default, aten.alias.default, aten.as_strided.default, aten.diagonal.default,
+    aten.detach.default, aten.unfold.default, aten.narrow.default, aten.view_as_real.default,
+    aten.view_as_complex.default, aten._reshape_alias.default, aten.view.dtype, aten.split.Tensor,
+    aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default, aten.movedim.int,
+}
+
+_dtype_codes = {}
+
+
+def dtype_code(dtype):
+    if dtype not in _dtype_codes:
+        _dtype_codes[dtype] = _C.scalar_type_code(dtype)
+    return _dtype_codes[dtype]
+
+
+class LoweringError(RuntimeError):
+    """The graph has something a program cannot express (reported with the node)."""
+
+
+def _storage_key(t):
+    return t.untyped_storage()._cdata
+
+
+def _is_tensor(v):
+    return isinstance(v, torch.Tensor)
+
+
+@dataclasses.dataclass
+class _Value:
+    kind: int
+    tensor: torch.Tensor  # the fake (or real) tensor: dtype, sizes, strides, offset
+    index: int = 0        # input index / constant index / arena offset / base value id
+    bytes: int = 0
+    on_host: bool = False
+
+
+class Lowering:
+    def __init__(self, gm, device_type="neuron", name="graph", metadata=None):
+        self.gm = gm
+        self.device_type = device_type
+        self.name = name
+        self.metadata = dict(metadata or {})
+        self.values: list[_Value] = []
+        self.roots = {}          # storage key -> root value id
+        self.node_values = {}    # fx node -> value id, list of value ids (multi-output), or a Python value
+        self.constants = []
+        self.nodes = []          # (op name, args, outputs, fx node index)
+        self.inputs = []
+        self.last_use = {}       # root value id -> index of the last program node that reads it
+
+    # ---- values ---------------------------------------------------------------------------
+    def _on_host(self, t):
+        return t.device.type == "cpu" and self.device_type != "cpu"
+
+    def _new_root(self, kind, t, index=0, nbytes=None):
+        vid = len(self.values)
+        nbytes = t.untyped_storage().nbytes() if nbytes is None else nbytes
+        on_host = self._on_host(t)
+        if on_host and kind == ARENA:
+            kind = DYNAMIC  # a host tensor made inside the graph: made by its kernel, per call
+        self.values.append(_Value(kind, t, index, nbytes, on_host))
+        self.roots[_storage_key(t)] = vid
+        return vid
+
+    def _view(self, base_root, t):
+        vid = len(self.values)
+        self.values.append(_Value(VIEW, t, base_root, 0, self._on_host(t)))
+        return vid
+
+    def _value_for(self, t, node):
+        """The value of tensor `t` made by `node`: a view of a known storage, or a new root."""
+        key = _storage_key(t)
+        if key in self.roots:
+            root = self.roots[key]
+            base = self.values[root].tensor
+            if (t.dtype, tuple(t.shape), t.stride(), t.storage_offset()) == \
+                    (base.dtype, tuple(base.shape), base.stride(), base.storage_offset()):
+                return root
+            return self._view(root, t)
+        return self._new_root(ARENA, t)
+
+    # ---- nodes ----------------------------------------------------------------------------
+    def _arg(self, value, arg_type):
+        type_text = str(arg_type)
+        if value is None:
+            return (A_NONE, 0, 0.0, [], [], "")
+        if isinstance(value, Node):
+            mapped = self.node_values[value]
+            if isinstance(mapped, int):
+                self._use(mapped)
+                return (A_VALUE, mapped, 0.0, [], [], "")
+            return self._arg(mapped, arg_type)  # a constant Python value made by a node
+        if isinstance(value, torch.dtype):
+            return (A_DTYPE, dtype_code(value), 0.0, [], [], "")
+        if isinstance(value, torch.layout):
+            return (A_LAYOUT, {torch.strided: 0, torch.sparse_coo: 1}.get(value, 0), 0.0, [], [], "")
+        if isinstance(value, torch.memory_format):
+            codes = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
+                     torch.channels_last_3d: 3}
+            return (A_FORMAT, codes[value], 0.0, [], [], "")
+        if isinstance(value, torch.device):
+            return (A_DEVICE, 0, 0.0, [], [], "")
+        if isinstance(value, bool):
+            return (A_BOOL, int(value), 0.0, [], [], "")
+        if isinstance(value, int):
+            return (A_INT, value, 0.0, [], [], "")
+        if isinstance(value, float):
+            return (A_DOUBLE, 0, value, [], [], "")
+        if isinstance(value, str):
+            return (A_STRING, 0, 0.0, [], [], value)
+        if isinstance(value, (list, tuple)):
+            if "Tensor" in type_text:
+                ids = []
+                for item in value:
+                    if item is None:
+                        ids.append(-1)
+                    else:
+                        vid = self.node_values[item]
+                        self._use(vid)
+                        ids.append(vid)
+                return (A_VALUES, 0, 0.0, ids, [], "")
+            if all(isinstance(v, bool) for v in value) and value and "bool" in type_text:
+                return (A_BOOLS, 0, 0.0, [int(v) for v in value], [], "")
+            if all(isinstance(v, int) for v in value):
+                return (A_INTS, 0, 0.0, list(value), [], "")
+            if all(isinstance(v, (int, float)) for v in value):
+                return (A_DOUBLES, 0, 0.0, [], [float(v) for v in value], "")
+        raise LoweringError(f"an argument of type {type(value).__name__} ({value!r}) for {type_text}")
+
+    def _use(self, vid):
+        root = self._root_of(vid)
+        self.last_use[root] = len(self.nodes)
+
+    def _root_of(self, vid):
+        while self.values[vid].kind == VIEW:
+            vid = self.values[vid].index
+        return vid
+
+    def _schema_args(self, node):
+        schema = node.target._schema
+        args = []
+        kwargs = dict(node.kwargs)
+        for i, argument in enumerate(schema.arguments):
+            if i < len(node.args) and not argument.kwarg_only:
+                args.append(node.args[i])
+            elif argument.name in kwargs:
+                args.append(kwargs.pop(argument.name))
+            elif argument.has_default_value():
+                args.append(argument.default_value)
+            else:
+                raise LoweringError(f"{node.format_node()}: no value for argument {argument.name}")
+        return [self._arg(value, argument.type) for value, argument in zip(args, schema.arguments)]
+
+    def _op_name(self, target):
+        schema = target._schema
+        return schema.name + ("." + schema.overload_name if schema.overload_name else "")
+
+    def lower(self):
+        graph = self.gm.graph
+        input_index = 0
+        for node in graph.nodes:
+            if node.op == "placeholder":
+                val = node.meta.get("val")
+                if not _is_tensor(val):
+                    self.node_values[node] = val  # a non-tensor input (a constant under static shapes)
+                    continue
+                vid = self._value_for_input(val, input_index)
+                self.inputs.append(vid)
+                self.node_values[node] = vid
+                input_index += 1
+            elif node.op == "get_attr":
+                attribute = getattr(self.gm, node.target)
+                if not _is_tensor(attribute):
+                    self.node_values[node] = attribute
+                    continue
+                self.node_values[node] = self._constant(attribute)
+            elif node.op == "call_function":
+                self._call(node)
+            elif node.op == "output":
+                self._outputs(node)
+        return self._finish()
+
+    def _value_for_input(self, val, index):
+        key = _storage_key(val)
+        if key in self.roots:  # two inputs over one storage (views of each other)
+            return self._view(self.roots[key], val)
+        vid = len(self.values)
+        self.values.append(_Value(INPUT, val, index, val.untyped_storage().nbytes(), self._on_host(val)))
+        self.roots[key] = vid
+        return vid
+
+    def _constant(self, tensor):
+        with torch._subclasses.fake_tensor.unset_fake_temporarily():
+            tensor = tensor.detach().cpu().contiguous()
+            data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        index = len(self.constants)
+        self.constants.append(data)
+        vid = len(self.values)
+        self.values.append(_Value(CONSTANT, tensor, index, len(data), False))
+        return vid
+
+    def _call(self, node):
+        target = node.target
+        val = node.meta.get("val")
+        if target is operator.getitem:
+            base, index = node.args
+            mapped = self.node_values[base]
+            self.node_values[node] = mapped[index] if isinstance(mapped, (list, tuple)) else mapped
+            return
+        if not isinstance(target, torch._ops.OpOverload):
+            raise LoweringError(f"{node.format_node()}: not an ATen op ({target})")
+        if target in VIEW_OPS:
+            base_node = node.args[0]
+            base = self.node_values[base_node]
+            root = self._root_of(base)
+            if self.values[root].kind != DYNAMIC:
+                if isinstance(val, (list, tuple)):
+                    self.node_values[node] = [self._view(root, t) for t in val]
+                else:
+                    self.node_values[node] = root if self._same_as_root(root, val) else self._view(root, val)
+                return
+        args = self._schema_args(node)
+        results = list(val) if isinstance(val, (list, tuple)) else [val]
+        outputs = []
+        mapped = []
+        for returned, result in zip(target._schema.returns, results):
+            if not _is_tensor(result):
+                outputs.append(-1)
+                mapped.append(result)
+                continue
+            alias = returned.alias_info is not None and returned.alias_info.is_write
+            if alias:  # in-place / out=: the argument itself
+                outputs.append(-1)
+                mapped.append(self.roots.get(_storage_key(result)))
+                continue
+            vid = self._value_for(result, node)
+            outputs.append(vid)
+            mapped.append(vid)
+        self.nodes.append((self._op_name(target), args, outputs))
+        for vid in outputs:
+            if vid >= 0:
+                self.last_use.setdefault(self._root_of(vid), len(self.nodes) - 1)
+        self.node_values[node] = mapped if isinstance(val, (list, tuple)) else mapped[0]
+
+    def _same_as_root(self, root, t):
+        base = self.values[root].tensor
+        return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset()) == \
+            (base.dtype, tuple(base.shape), base.stride(), base.storage_offset())
+
+    def _outputs(self, node):
+        self.outputs = []     # value id per tensor output
+        self.layout = []      # per graph output: ("value", position) or ("constant", python value)
+        for item in node.args[0]:
+            if item is None:
+                self.layout.append(("constant", None))
+                continue
+            mapped = self.node_values[item] if isinstance(item, Node) else item
+            if isinstance(mapped, int) and isinstance(item, Node) and _is_tensor(item.meta.get("val")):
+                self.layout.append(("value", len(self.outputs)))
+                self.outputs.append(mapped)
+                root = self._root_of(mapped)
+                if self.values[root].kind == ARENA:
+                    self.values[root].kind = OUTPUT  # returned: a fresh buffer per call
+            else:
+                self.layout.append(("constant", mapped))
+
+    def _finish(self):
+        # The arena plan: best fit over the lifetimes of the planned roots.
+        planned = [vid for vid, v in enumerate(self.values) if v.kind == ARENA and not v.on_host]
+        defined = {}
+        for position, (_, _, outputs) in enumerate(self.nodes):
+            for vid in outputs:
+                if vid >= 0:
+                    defined.setdefault(self._root_of(vid), position)
+        free = []         # (offset, size) of free extents
+        ending = {}       # node position -> roots whose last use is there
+        for vid in planned:
+            ending.setdefault(self.last_use.get(vid, defined.get(vid, 0)), []).append(vid)
+        arena_end = 0
+        by_definition = sorted(planned, key=lambda vid: defined.get(vid, 0))
+        next_index = 0
+        for position in range(len(self.nodes) + 1):
+            while next_index < len(by_definition) and defined.get(by_definition[next_index], 0) == position:
+                vid = by_definition[next_index]
+                next_index += 1
+                size = (max(self.values[vid].bytes, 1) + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+                best = None
+                for i, (offset, extent) in enumerate(free):
+                    if extent >= size and (best is None or extent < free[best][1]):
+                        best = i
+                if best is None:
+                    self.values[vid].index = arena_end
+                    arena_end += size
+                else:
+                    offset, extent = free.pop(best)
+                    self.values[vid].index = offset
+                    if extent > size:
+                        free.append((offset + size, extent - size))
+                self.values[vid].bytes = size
+            for vid in ending.get(position, []):
+                free.append((self.values[vid].index, self.values[vid].bytes))
+                free = _coalesce(free)
+        return {
+            "name": self.name,
+            "values": [self._describe(v) for v in self.values],
+            "inputs": self.inputs,
+            "constants": self.constants,
+            "nodes": [{"op": op, "args": args, "outputs": outputs} for op, args, outputs in self.nodes],
+            "outputs": self.outputs,
+            "arena_bytes": arena_end,
+            "metadata": {k: str(v) for k, v in self.metadata.items()},
+        }
+
+    def _describe(self, v):
+        t = v.tensor
+        return {"kind": v.kind, "index": v.index, "bytes": v.bytes, "on_host": v.on_host, "dtype": dtype_code(t.dtype),
+                "sizes": list(t.shape), "strides": list(t.stride()), "offset": t.storage_offset()}
+
+
+def _coalesce(extents):
+    extents.sort()
+    merged = []
+    for offset, size in extents:
+        if merged and merged[-1][0] + merged[-1][1] == offset:
+            merged[-1] = (merged[-1][0], merged[-1][1] + size)
+        else:
+            merged.append((offset, size))
+    return merged
+
+
+def lower(gm, name, metadata=None, device_type="neuron"):
+    """(program dict for _C.encode_program, output layout)."""
+    lowering = Lowering(gm, device_type, name, metadata)
+    program = lowering.lower()
+    return program, lowering.layout

@@ -1,0 +1,256 @@
+"""FX passes of torch.compile(backend="neuron"), run on the ATen graph AOTAutograd made:
+
+- narrow_64bit: Note [64-bit as 32-bit], the same rule eager kernels follow (asked of
+  csrc/Dtype64.h through _C.narrowing_rule): a node that computes on float64 / int64 values
+  gets 32-bit copies of them, and its 32-bit results are widened back, so compiled code gives
+  what eager code gives. Ops TorchNeuron runs on the CPU keep 64 bits, as in eager.
+- fold_constants: nodes whose inputs are all known at compile time (factory ops, ops on
+  folded constants) are computed once, here, and become constants of the program.
+- integer_histc: histc of integer inputs, which only accelerators accept (Accelerator.cpp),
+  runs on float64 copies.
+- dead code elimination (FX's own, which keeps impure nodes such as in-place writes).
+
+After the passes the graph's fake-tensor metadata is propagated again, so the lowering sees
+the dtypes and layouts the new nodes have."""
+import operator
+
+import torch
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from .. import _C
+
+aten = torch.ops.aten
+_WIDE = {torch.float64: torch.float32, torch.int64: torch.int32}
+_rules = {}
+FOLD_LIMIT_BYTES = 1 << 20  # larger results are computed at run time, not embedded in the program
+
+
+def _qualified(target):
+    schema = target._schema
+    return schema.name + ("." + schema.overload_name if schema.overload_name else "")
+
+
+def _rule(target):
+    name = _qualified(target)
+    if name not in _rules:
+        try:
+            _rules[name] = _C.narrowing_rule(name)
+        except RuntimeError:
+            _rules[name] = None
+    return _rules[name]
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _fits_32bit(value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        return True
+    return -(2 ** 31) <= value < 2 ** 31
+
+
+def narrow_64bit(gm, on_device_ops):
+    """Inserts 32-bit conversions around nodes computing on 64-bit values; returns how many
+    nodes were narrowed. `on_device_ops`: base names TorchNeuron runs on the device."""
+    if not _C.computes_64bit_as_32bit():
+        return 0
+    graph = gm.graph
+    narrowed = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target.namespace != "aten" or node.target._schema.name.split("::")[-1] not in on_device_ops:
+            continue
+        rule = _rule(node.target)
+        if rule is None or rule["exact"]:
+            continue
+        schema = node.target._schema
+        value_names = set(rule["value_arguments"])
+        flat = list(node.args) + list(node.kwargs.values())
+        if not all(_fits_32bit(a) for a in flat if not isinstance(a, torch.fx.Node)):
+            continue
+        if rule["dtype_argument"] and node.kwargs.get(rule["dtype_argument"]) is not None:
+            continue  # typed on request: the caller chose the dtype
+        if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            continue  # in-place / out=: written arguments keep their memory and dtype
+        inserted = []
+        with graph.inserting_before(node):
+            def narrow(arg, name):
+                val = _val(arg)
+                if name in value_names and isinstance(val, torch.Tensor) and val.dtype in _WIDE and val.dim() > 0:
+                    copy = graph.call_function(aten._to_copy.default, (arg,), {"dtype": _WIDE[val.dtype]})
+                    with val.fake_mode if hasattr(val, "fake_mode") else _nothing():
+                        copy.meta["val"] = val.to(_WIDE[val.dtype])
+                    inserted.append(copy)
+                    return copy
+                return arg
+            names = [a.name for a in schema.arguments]
+            new_args = tuple(narrow(a, names[i]) if i < len(names) else a for i, a in enumerate(node.args))
+            new_kwargs = {k: narrow(v, k) for k, v in node.kwargs.items()}
+        if not inserted:
+            continue
+        if not _accepts(node.target, new_args, new_kwargs):  # the 32-bit form is refused: 64 bits
+            for copy in inserted:
+                graph.erase_node(copy)
+            continue
+        node.args, node.kwargs = new_args, new_kwargs
+        narrowed += 1
+        node.meta["narrowed_64bit"] = True
+    if narrowed:
+        _propagate(gm)
+        _widen_results(gm)
+    return narrowed
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _accepts(target, args, kwargs):
+    """Whether `target` runs on the (fake) values of these arguments."""
+    def fake(a):
+        if isinstance(a, torch.fx.Node):
+            return a.meta.get("val")
+        if isinstance(a, (list, tuple)):
+            return type(a)(fake(x) for x in a)
+        return a
+    args, kwargs = fake(args), {k: fake(v) for k, v in kwargs.items()}
+    modes = [v.fake_mode for v in list(args) + list(kwargs.values()) if hasattr(v, "fake_mode")]
+    try:
+        with modes[0] if modes else _nothing():
+            target(*args, **kwargs)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _widen_results(gm):
+    """After narrowing: results that came out 32-bit where the graph had 64-bit are widened."""
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if not node.meta.get("narrowed_64bit"):
+            continue
+        original = node.meta.get("original_val")
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and isinstance(original, torch.Tensor) and original.dtype in _WIDE \
+                and val.dtype == _WIDE[original.dtype]:
+            with graph.inserting_after(node):
+                wide = graph.call_function(aten._to_copy.default, (node,), {"dtype": original.dtype})
+            node.replace_all_uses_with(wide, delete_user_cb=lambda user: user is not wide)
+    _propagate(gm)
+
+
+def _propagate(gm):
+    fake_mode = None
+    inputs = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            val = node.meta.get("val")
+            inputs.append(val)
+            if fake_mode is None and isinstance(val, torch._subclasses.FakeTensor):
+                fake_mode = val.fake_mode
+    for node in gm.graph.nodes:
+        if "val" in node.meta and "original_val" not in node.meta:
+            node.meta["original_val"] = node.meta["val"]
+    gm.recompile()
+    if fake_mode is None:
+        return
+    with fake_mode:
+        FakeTensorProp(gm, fake_mode).propagate_dont_convert_inputs(*inputs)
+
+
+def integer_histc(gm):
+    graph = gm.graph
+    rewritten = 0
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target == aten.histc.default:
+            val = _val(node.args[0])
+            if isinstance(val, torch.Tensor) and not val.dtype.is_floating_point:
+                with graph.inserting_before(node):
+                    wide = graph.call_function(aten._to_copy.default, (node.args[0],), {"dtype": torch.float64})
+                node.args = (wide,) + tuple(node.args[1:])
+                with graph.inserting_after(node):
+                    back = graph.call_function(aten._to_copy.default, (node,), {"dtype": val.dtype})
+                node.replace_all_uses_with(back, delete_user_cb=lambda user: user is not back)
+                rewritten += 1
+    if rewritten:
+        _propagate(gm)
+    return rewritten
+
+
+_NOT_FOLDABLE = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default}
+
+
+def fold_constants(gm):
+    """Computes, once, every node whose inputs are known now; returns how many were folded."""
+    graph = gm.graph
+    known = {}
+    folded = 0
+    for node in list(graph.nodes):
+        if node.op == "get_attr":
+            known[node] = getattr(gm, node.target)
+            continue
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        target = node.target
+        tags = getattr(target, "tags", ())
+        if target in _NOT_FOLDABLE or torch.Tag.nondeterministic_seeded in tags or target.is_view:
+            continue
+        schema = target._schema
+        if schema.is_mutable or any(r.alias_info is not None for r in schema.returns):
+            continue
+        tensor_inputs = [a for a in list(node.args) + list(node.kwargs.values()) if isinstance(a, torch.fx.Node)]
+        if not all(a in known for a in tensor_inputs):
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.untyped_storage().nbytes() > FOLD_LIMIT_BYTES:
+            continue
+
+        def real(a):
+            if isinstance(a, torch.fx.Node):
+                return known[a].cpu() if isinstance(known[a], torch.Tensor) else known[a]
+            if isinstance(a, torch.device):
+                return torch.device("cpu")
+            if isinstance(a, (list, tuple)):
+                return type(a)(real(x) for x in a)
+            return a
+        try:
+            with torch._subclasses.fake_tensor.unset_fake_temporarily():
+                result = target(*real(node.args), **{k: real(v) for k, v in node.kwargs.items()})
+        except Exception:  # noqa: BLE001  (not computable here: left to run time)
+            continue
+        if not isinstance(result, torch.Tensor):
+            continue
+        name = f"_neuron_folded_{folded}"
+        gm.register_buffer(name, result.contiguous(), persistent=False)
+        with graph.inserting_before(node):
+            constant = graph.get_attr(name)
+        constant.meta["val"] = val
+        node.replace_all_uses_with(constant)
+        graph.erase_node(node)
+        known[constant] = result
+        folded += 1
+    if folded:
+        gm.recompile()
+    return folded
+
+
+def eliminate_dead_code(gm):
+    changed = gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return changed
+
+
+def run_passes(gm, on_device_ops):
+    """All passes in order; returns counts for the compile record."""
+    stats = {"histc": integer_histc(gm)}
+    stats["narrowed_64bit"] = narrow_64bit(gm, on_device_ops)
+    stats["folded"] = fold_constants(gm)
+    eliminate_dead_code(gm)
+    stats["nodes"] = sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem)
+    return stats

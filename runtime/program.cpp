@@ -1,0 +1,440 @@
+#include "program.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "error.h"
+#include "metrics.h"
+
+namespace neuron_rt {
+
+namespace {
+
+constexpr char kMagic[] = "NEURONSIMPROG";
+constexpr size_t kMagicLength = sizeof(kMagic) - 1;
+constexpr size_t kMaxDims = 64;
+
+[[noreturn]] void corrupt(const std::string& what) {
+  throw Error(ErrorCode::kCorruptProgram, "corrupt program: " + what);
+}
+
+class Writer {
+ public:
+  void u8(uint8_t v) { out_.push_back(char(v)); }
+  void u32(uint32_t v) { raw(&v, sizeof(v)); }
+  void u64(uint64_t v) { raw(&v, sizeof(v)); }
+  void i64(int64_t v) { raw(&v, sizeof(v)); }
+  void f64(double v) { raw(&v, sizeof(v)); }
+  void text(const std::string& s) {
+    u64(s.size());
+    out_.append(s);
+  }
+  void i64s(const std::vector<int64_t>& v) {
+    u64(v.size());
+    if (!v.empty()) raw(v.data(), v.size() * sizeof(int64_t));
+  }
+  void i32s(const std::vector<int32_t>& v) {
+    u64(v.size());
+    if (!v.empty()) raw(v.data(), v.size() * sizeof(int32_t));
+  }
+  void f64s(const std::vector<double>& v) {
+    u64(v.size());
+    if (!v.empty()) raw(v.data(), v.size() * sizeof(double));
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  void raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+  std::string out_;
+};
+
+class Reader {
+ public:
+  Reader(const std::string& in, size_t begin, size_t end) : in_(in), pos_(begin), end_(end) {}
+  uint8_t u8() {
+    need(1, "a byte");
+    return uint8_t(in_[pos_++]);
+  }
+  uint32_t u32() { return raw<uint32_t>("a 32-bit field"); }
+  uint64_t u64() { return raw<uint64_t>("a 64-bit field"); }
+  int64_t i64() { return raw<int64_t>("an integer"); }
+  double f64() { return raw<double>("a number"); }
+  std::string text(const char* what) {
+    const uint64_t n = u64();
+    need(n, what);
+    std::string s = in_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  template <typename T>
+  std::vector<T> array(const char* what) {
+    const uint64_t n = u64();
+    if (n > (end_ - pos_) / sizeof(T)) corrupt(std::string(what) + " runs past the end");
+    std::vector<T> v(n);
+    if (n) std::memcpy(v.data(), in_.data() + pos_, n * sizeof(T));
+    pos_ += n * sizeof(T);
+    return v;
+  }
+  // A count of items each at least `item_bytes` long: bounded by what is left.
+  uint64_t count(const char* what, size_t item_bytes) {
+    const uint64_t n = u64();
+    if (n > (end_ - pos_) / item_bytes) corrupt(std::string("the count of ") + what + " is larger than the file");
+    return n;
+  }
+  bool done() const { return pos_ == end_; }
+  size_t position() const { return pos_; }
+
+ private:
+  void need(uint64_t n, const char* what) {
+    if (n > end_ - pos_) corrupt(std::string("truncated while reading ") + what);
+  }
+  template <typename T>
+  T raw(const char* what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  const std::string& in_;
+  size_t pos_;
+  const size_t end_;
+};
+
+void write_spec(Writer& w, const TensorSpec& spec) {
+  w.u32(uint32_t(spec.dtype));
+  w.i64s(spec.sizes);
+  w.i64s(spec.strides);
+  w.i64(spec.offset);
+}
+
+TensorSpec read_spec(Reader& r) {
+  TensorSpec spec;
+  spec.dtype = int32_t(r.u32());
+  spec.sizes = r.array<int64_t>("sizes");
+  spec.strides = r.array<int64_t>("strides");
+  spec.offset = r.i64();
+  if (spec.dtype < 0 || spec.dtype >= 64) corrupt("unknown dtype code " + std::to_string(spec.dtype));
+  if (spec.sizes.size() != spec.strides.size() || spec.sizes.size() > kMaxDims) {
+    corrupt("a tensor has " + std::to_string(spec.sizes.size()) + " sizes and " + std::to_string(spec.strides.size()) +
+            " strides");
+  }
+  for (int64_t s : spec.sizes) {
+    if (s < 0) corrupt("a negative size");
+  }
+  if (spec.offset < 0) corrupt("a negative storage offset");
+  return spec;
+}
+
+void write_arg(Writer& w, const ProgramArg& arg) {
+  w.u8(uint8_t(arg.kind));
+  w.i64(arg.integer);
+  w.f64(arg.real);
+  w.i64s(arg.list);
+  w.f64s(arg.reals);
+  w.text(arg.text);
+}
+
+ProgramArg read_arg(Reader& r) {
+  ProgramArg arg;
+  const uint8_t kind = r.u8();
+  if (kind > uint8_t(ProgramArg::Kind::kMemoryFormat)) corrupt("unknown argument kind " + std::to_string(kind));
+  arg.kind = ProgramArg::Kind(kind);
+  arg.integer = r.i64();
+  arg.real = r.f64();
+  arg.list = r.array<int64_t>("an integer list");
+  arg.reals = r.array<double>("a number list");
+  arg.text = r.text("a string argument");
+  return arg;
+}
+
+}  // namespace
+
+std::string encode_program(const ProgramDesc& program) {
+  Writer w;
+  w.text(program.name);
+  w.u64(program.values.size());
+  for (const ProgramValue& value : program.values) {
+    w.u8(uint8_t(value.kind));
+    w.i64(value.index);
+    w.u64(value.bytes);
+    w.u8(value.on_host ? 1 : 0);
+    write_spec(w, value.spec);
+  }
+  w.i32s(program.inputs);
+  w.u64(program.constants.size());
+  for (const std::string& constant : program.constants) w.text(constant);
+  w.u64(program.nodes.size());
+  for (const ProgramNode& node : program.nodes) {
+    w.text(node.op);
+    w.u64(node.args.size());
+    for (const ProgramArg& arg : node.args) write_arg(w, arg);
+    w.i32s(node.outputs);
+  }
+  w.i32s(program.outputs);
+  w.u64(program.arena_bytes);
+  w.u64(program.metadata.size());
+  for (const auto& [k, v] : program.metadata) {
+    w.text(k);
+    w.text(v);
+  }
+  return w.take();
+}
+
+ProgramDesc decode_program(const std::string& payload) {
+  Reader r(payload, 0, payload.size());
+  ProgramDesc program;
+  program.name = r.text("the program's name");
+  const uint64_t value_count = r.count("values", 1 + 8 + 8 + 1 + 4 + 8 + 8 + 8);
+  program.values.resize(value_count);
+  for (uint64_t i = 0; i < value_count; ++i) {
+    ProgramValue& value = program.values[i];
+    const uint8_t kind = r.u8();
+    if (kind > uint8_t(ProgramValue::Kind::kDynamic)) corrupt("unknown value kind " + std::to_string(kind));
+    value.kind = ProgramValue::Kind(kind);
+    value.index = r.i64();
+    value.bytes = r.u64();
+    const uint8_t on_host = r.u8();
+    if (on_host > 1) corrupt("a bad placement flag");
+    value.on_host = on_host == 1;
+    value.spec = read_spec(r);
+  }
+  program.inputs = r.array<int32_t>("the inputs");
+  const uint64_t constant_count = r.count("constants", 8);
+  program.constants.resize(constant_count);
+  for (uint64_t i = 0; i < constant_count; ++i) program.constants[i] = r.text("a constant");
+  const uint64_t node_count = r.count("nodes", 8 + 8 + 8);
+  program.nodes.resize(node_count);
+  for (uint64_t i = 0; i < node_count; ++i) {
+    ProgramNode& node = program.nodes[i];
+    node.op = r.text("an op name");
+    const uint64_t arg_count = r.count("arguments", 1 + 8 + 8 + 8 + 8 + 8);
+    node.args.resize(arg_count);
+    for (uint64_t a = 0; a < arg_count; ++a) node.args[a] = read_arg(r);
+    node.outputs = r.array<int32_t>("a node's outputs");
+  }
+  program.outputs = r.array<int32_t>("the outputs");
+  program.arena_bytes = r.u64();
+  const uint64_t metadata_count = r.count("metadata entries", 16);
+  for (uint64_t i = 0; i < metadata_count; ++i) {
+    std::string key = r.text("a metadata key");
+    program.metadata[key] = r.text("a metadata value");
+  }
+  if (!r.done()) corrupt("bytes after the end of the program");
+
+  // Every index must point at something that exists.
+  const int64_t values = int64_t(program.values.size());
+  auto check_value = [&](int64_t id, const char* where) {
+    if (id < 0 || id >= values) corrupt(std::string(where) + " names value " + std::to_string(id) + " of " + std::to_string(values));
+  };
+  for (int64_t i = 0; i < values; ++i) {
+    const ProgramValue& value = program.values[i];
+    switch (value.kind) {
+      case ProgramValue::Kind::kInput:
+        if (value.index < 0 || value.index >= int64_t(program.inputs.size())) corrupt("an input index out of range");
+        break;
+      case ProgramValue::Kind::kConstant:
+        if (value.index < 0 || value.index >= int64_t(program.constants.size())) corrupt("a constant index out of range");
+        if (value.bytes > program.constants[value.index].size()) corrupt("a constant shorter than its tensor");
+        break;
+      case ProgramValue::Kind::kArena:
+        if (value.index < 0 || uint64_t(value.index) > program.arena_bytes ||
+            value.bytes > program.arena_bytes - uint64_t(value.index)) {
+          corrupt("an arena slot outside the arena");
+        }
+        break;
+      case ProgramValue::Kind::kView:
+        if (value.index < 0 || value.index >= i) corrupt("a view of a value defined after it");
+        break;
+      case ProgramValue::Kind::kOutput:
+      case ProgramValue::Kind::kDynamic:
+        break;
+    }
+  }
+  for (int32_t id : program.inputs) check_value(id, "an input");
+  for (int32_t id : program.outputs) check_value(id, "an output");
+  for (const ProgramNode& node : program.nodes) {
+    if (node.op.empty()) corrupt("a node without an op");
+    for (int32_t id : node.outputs) {
+      if (id != -1) check_value(id, "a node's output");
+    }
+    for (const ProgramArg& arg : node.args) {
+      if (arg.kind == ProgramArg::Kind::kValue) check_value(arg.integer, "an argument");
+      if (arg.kind == ProgramArg::Kind::kValueList) {
+        for (int64_t id : arg.list) {
+          if (id != -1) check_value(id, "a list argument");
+        }
+      }
+    }
+  }
+  return program;
+}
+
+uint64_t crc64(const std::string& bytes, size_t length) {
+  static const auto table = [] {
+    std::vector<uint64_t> t(256);
+    for (uint64_t i = 0; i < 256; ++i) {
+      uint64_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xC96C5795D7870F42ull ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint64_t crc = ~0ull;
+  for (size_t i = 0; i < length; ++i) crc = table[(crc ^ uint8_t(bytes[i])) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+std::string seal_program(const std::string& key, const std::string& payload) {
+  std::string out(kMagic, kMagicLength);
+  Writer body;
+  body.u32(kProgramFormatVersion);
+  body.text(key);
+  body.text(payload);
+  out += body.take();
+  const uint64_t crc = crc64(out, out.size());
+  out.append(reinterpret_cast<const char*>(&crc), sizeof(crc));
+  return out;
+}
+
+std::string unseal_program(const std::string& file, const std::string& expected_key) {
+  if (file.size() < kMagicLength + 4 + 8 + 8 + 8 || file.compare(0, kMagicLength, kMagic) != 0) {
+    if (file.size() >= kMagicLength && file.compare(0, kMagicLength, kMagic) != 0) corrupt("not a program file (bad magic)");
+    corrupt("truncated (" + std::to_string(file.size()) + " bytes)");
+  }
+  uint64_t stored;
+  std::memcpy(&stored, file.data() + file.size() - 8, 8);
+  Reader r(file, kMagicLength, file.size() - 8);
+  const uint32_t version = r.u32();
+  if (version != kProgramFormatVersion) {
+    corrupt("format version " + std::to_string(version) + ", this build reads version " +
+            std::to_string(kProgramFormatVersion));
+  }
+  std::string key = r.text("the key");
+  std::string payload = r.text("the payload");
+  if (!r.done()) corrupt("bytes after the payload");
+  if (crc64(file, file.size() - 8) != stored) corrupt("checksum mismatch");
+  if (key != expected_key) corrupt("a foreign entry (key " + key + ", expected " + expected_key + ")");
+  return payload;
+}
+
+// ---- ProgramCache ------------------------------------------------------------------------------
+
+ProgramCache::ProgramCache(std::string directory, size_t max_entries, std::function<void(const std::string&)> report)
+    : directory_(std::move(directory)), max_entries_(max_entries ? max_entries : 1), report_(std::move(report)) {}
+
+std::string ProgramCache::path_for(const std::string& directory, const std::string& key) {
+  const std::string a = key.size() >= 2 ? key.substr(0, 2) : key;
+  const std::string b = key.size() >= 4 ? key.substr(2, 2) : "00";
+  return directory + "/" + a + "/" + b + "/" + key + ".neff";
+}
+
+void ProgramCache::insert_locked(const std::string& key, const std::string& payload) {
+  auto it = index_.find(key);
+  if (it != index_.end()) entries_.erase(it->second);
+  entries_.emplace_front(key, payload);
+  index_[key] = entries_.begin();
+  while (entries_.size() > max_entries_) {
+    index_.erase(entries_.back().first);
+    entries_.pop_back();
+    Metrics::get().increment("CompilationCache.Evictions");
+  }
+}
+
+std::optional<std::string> ProgramCache::get(const std::string& key, bool* from_disk) {
+  if (from_disk) *from_disk = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      entries_.splice(entries_.begin(), entries_, it->second);
+      Metrics::get().increment("CompilationCache.InMemoryHits");
+      return it->second->second;
+    }
+  }
+  Metrics::get().increment("CompilationCache.InMemoryMisses");
+  if (directory_.empty()) return std::nullopt;
+  const std::string path = path_for(directory_, key);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    Metrics::get().increment("CompilationCache.PersistentMisses");
+    return std::nullopt;
+  }
+  std::stringstream content;
+  content << in.rdbuf();
+  std::string payload;
+  try {
+    payload = unseal_program(content.str(), key);
+    decode_program(payload);  // the payload itself must be well formed too
+  } catch (const Error& error) {
+    if (report_) report_("the program cache entry " + path + " is unusable (" + error.what() + "); deleted, recompiling");
+    ::unlink(path.c_str());
+    Metrics::get().increment("CompilationCache.PersistentMisses");
+    return std::nullopt;
+  }
+  Metrics::get().increment("CompilationCache.PersistentHits");
+  if (from_disk) *from_disk = true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  insert_locked(key, payload);
+  return payload;
+}
+
+namespace {
+bool make_directories(const std::string& path) {
+  for (size_t i = 1; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      const std::string part = path.substr(0, i);
+      if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
+void ProgramCache::put(const std::string& key, const std::string& payload) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    insert_locked(key, payload);
+  }
+  if (directory_.empty()) return;
+  const std::string path = path_for(directory_, key);
+  const std::string folder = path.substr(0, path.rfind('/'));
+  auto fail = [&](const std::string& what) {
+    if (report_) report_("could not store the program " + path + ": " + what + ": " + std::strerror(errno));
+  };
+  if (!make_directories(folder)) return fail("cannot make " + folder);
+  std::string temporary = folder + "/." + key + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(temporary.data());
+  if (fd < 0) return fail("cannot make a temporary file");
+  const std::string file = seal_program(key, payload);
+  size_t written = 0;
+  while (written < file.size()) {
+    const ssize_t n = ::write(fd, file.data() + written, file.size() - written);
+    if (n <= 0) {
+      ::close(fd);
+      ::unlink(temporary.c_str());
+      return fail("cannot write");
+    }
+    written += size_t(n);
+  }
+  ::fchmod(fd, 0644);
+  ::close(fd);
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {  // atomic: readers see the old file or the new one
+    ::unlink(temporary.c_str());
+    return fail("cannot rename into place");
+  }
+}
+
+void ProgramCache::clear_memory() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_.clear();
+  index_.clear();
+}
+
+}  // namespace neuron_rt

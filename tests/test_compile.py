@@ -1,0 +1,310 @@
+"""torch.compile(backend="neuron"): what a user does, as TorchNeuron documents it (issue 8)."""
+import importlib.metadata
+import os
+import warnings
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+import torch_neuronx
+from conftest import run_python
+
+NEURON = torch.device("neuron")
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo(tmp_path, monkeypatch):
+    """Each test compiles afresh, with its own disk cache."""
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff_cache"))
+    torch._dynamo.reset()
+    torch_neuronx.reset_dynamo_metrics()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def compiled_graphs():
+    return counters["neuron"]["compiled_graphs"]
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                               torch.nn.Linear(32, 4))
+
+
+# ---- registration ---------------------------------------------------------------------------
+
+def test_backend_is_registered_and_found_through_the_entry_point():
+    assert "neuron" in torch._dynamo.list_backends()
+    points = importlib.metadata.entry_points(group="torch_dynamo_backends")
+    found = [p for p in points if p.name == "neuron"]
+    assert found, "the torch_dynamo_backends entry point 'neuron' is not installed"
+    backend = found[0].load()
+    assert backend is torch_neuronx.neuron_dynamo_backend.neuron_backend
+
+
+def test_compiled_function_equals_eager_and_runs_without_python_per_op():
+    def f(x, y):
+        return torch.softmax(x @ y.t() * 0.5, dim=-1).sum(0) + torch.nn.functional.silu(x).mean()
+
+    x = torch.randn(8, 16, device=NEURON)
+    y = torch.randn(8, 16, device=NEURON)
+    compiled = torch.compile(f, backend="neuron")
+    got = compiled(x, y)
+    assert got.device.type == "neuron"
+    torch.testing.assert_close(got.cpu(), f(x.cpu(), y.cpu()))
+    assert compiled_graphs() == 1
+    compiled(x, y)
+    assert compiled_graphs() == 1  # same shapes: nothing compiles again
+
+
+def test_compile_without_backend_auto_selects_neuron_on_neuron_tensors():
+    model = mlp().to(NEURON)
+    x = torch.randn(4, 16, device=NEURON)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        got = torch.compile(model)(x)
+    assert compiled_graphs() >= 1
+    torch.testing.assert_close(got.cpu(), mlp().eval()(x.cpu()), rtol=1e-5, atol=1e-5)
+
+
+# ---- graph breaks, fullgraph, options ----------------------------------------------------------
+
+def broken(x):
+    y = x.sin() * 2
+    print("graph break")  # noqa: T201
+    return y.cos() + 1
+
+
+def test_graph_breaks_are_allowed():
+    x = torch.randn(10, device=NEURON)
+    got = torch.compile(broken, backend="neuron")(x)
+    torch.testing.assert_close(got.cpu(), broken(x.cpu()))
+    assert compiled_graphs() == 2
+
+
+def test_fullgraph_raises_on_a_graph_break():
+    with pytest.raises(Exception, match="(?i)graph break|unsupported|print"):
+        torch.compile(broken, backend="neuron", fullgraph=True)(torch.randn(10, device=NEURON))
+
+
+def test_mode_other_than_default_warns_once_and_runs_as_default():
+    x = torch.randn(6, device=NEURON)
+    with pytest.warns(UserWarning, match="max-autotune"):
+        got = torch.compile(lambda t: t.exp() + 1, backend="neuron", mode="max-autotune")(x)
+    torch.testing.assert_close(got.cpu(), x.cpu().exp() + 1)
+
+
+def test_dynamic_true_gets_the_documented_error():
+    with pytest.raises(Exception, match="Dynamic shapes detected.*requires static shapes"):
+        torch.compile(lambda t: t * 2, backend="neuron", dynamic=True)(torch.randn(5, device=NEURON))
+
+
+def test_varying_shapes_recompile_with_the_reason_recorded():
+    f = torch.compile(lambda t: (t * 3).sum(), backend="neuron")
+    for n in (4, 5):
+        f(torch.randn(n, device=NEURON))
+    records = torch_neuronx.get_dynamo_metrics()
+    assert compiled_graphs() == 2
+    assert records[0].recompile_reason is None
+    assert records[1].recompile_reason and "size" in records[1].recompile_reason, records[1].recompile_reason
+
+
+def test_many_recompiles_warn_naming_the_varying_dimension():
+    f = torch.compile(lambda t: t.relu().sum(), backend="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(3, 9):
+            f(torch.randn(n, device=NEURON))
+    messages = [str(w.message) for w in caught if "recompiled one function" in str(w.message)]
+    assert len(messages) == 1, [str(w.message) for w in caught]
+    assert "size" in messages[0] and "buckets" in messages[0]
+
+
+def test_model_name_option_names_the_graphs_and_metrics_have_the_real_fields():
+    f = torch.compile(lambda t: t.tanh() * 2, backend="neuron", options={"model_name": "my_model"})
+    f(torch.randn(3, device=NEURON))
+    (record,) = torch_neuronx.get_dynamo_metrics()
+    assert record.model_name == "my_model" and record.graph_name.startswith("my_model_")
+    assert record.graph_node_count >= 2 and record.has_collectives is False
+    for field in ("graph_id", "timestamp", "torch_neuronx_fx_passes_us", "torch_neuronx_lower_us",
+                  "torch_neuronx_compile_us"):
+        assert getattr(record, field) is not None
+    torch_neuronx.reset_dynamo_metrics()
+    assert torch_neuronx.get_dynamo_metrics() == []
+
+
+def test_compilation_cache_counters_of_the_metrics_module():
+    was_enabled = torch_neuronx.metrics.is_enabled()
+    torch_neuronx.metrics.set_enabled(True)
+    torch_neuronx.metrics.clear_all()
+    torch.compile(lambda t: t + 1, backend="neuron")(torch.randn(3, device=NEURON))
+    names = torch_neuronx.metrics.get_counter_names()
+    assert "CompilationCache.TotalCompilations" in names
+    assert torch_neuronx.metrics.get_counter_value("CompilationCache.TotalCompilations") >= 1
+    torch_neuronx.metrics.set_enabled(was_enabled)
+
+
+# ---- failures and fallback execution ----------------------------------------------------------
+
+def failing_lowering(monkeypatch):
+    from torch_neuron_sim.compile import backend
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("lowering refused this graph (test)")
+    monkeypatch.setattr(backend, "lower", fail)
+
+
+def test_compile_failure_raises_by_default(monkeypatch):
+    monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
+    failing_lowering(monkeypatch)
+    with pytest.raises(Exception, match="could not compile the graph.*lowering refused"):
+        torch.compile(lambda t: t * 5, backend="neuron")(torch.randn(3, device=NEURON))
+
+
+@pytest.mark.parametrize("how", ["environment", "option"])
+def test_fallback_execution_runs_the_graph_eagerly_with_a_warning(monkeypatch, how):
+    failing_lowering(monkeypatch)
+    options = {}
+    if how == "environment":
+        monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "0")
+    else:
+        options = {"fallback_execution": True}
+    x = torch.randn(3, device=NEURON)
+    with pytest.warns(UserWarning, match="lowering refused"):
+        got = torch.compile(lambda t: t * 5 + 0.25 * how.__len__(), backend="neuron", options=options)(x)
+    torch.testing.assert_close(got.cpu(), x.cpu() * 5 + 0.25 * len(how))
+
+
+# ---- training and autocast -------------------------------------------------------------------
+
+def train(model, device, steps=4, compile_it=False):
+    model = model.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    run = torch.compile(model, backend="neuron") if compile_it else model
+    generator = torch.Generator().manual_seed(3)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(8, 16, generator=generator).to(device)
+        target = torch.randn(8, 4, generator=generator).to(device)
+        loss = torch.nn.functional.mse_loss(run(x), target)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses, model
+
+
+def test_training_forward_and_backward_with_adamw_equals_eager():
+    eager_losses, eager_model = train(mlp(), NEURON)
+    compiled_losses, compiled_model = train(mlp(), NEURON, compile_it=True)
+    records = torch_neuronx.get_dynamo_metrics()
+    assert {r.graph_name.split("_")[-2] for r in records} >= {"forward", "backward"}
+    torch.testing.assert_close(compiled_losses, eager_losses, rtol=1e-5, atol=1e-6)
+    for a, b in zip(compiled_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(a.detach().cpu(), b.detach().cpu(), rtol=1e-4, atol=1e-5)
+
+
+def test_autocast_bfloat16_in_a_compiled_graph():
+    model = mlp().to(NEURON)
+    x = torch.randn(4, 16, device=NEURON)
+    compiled = torch.compile(model, backend="neuron")
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        got = compiled(x)
+        expected = model(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.cpu(), expected.cpu(), rtol=2e-2, atol=2e-2)
+
+
+# ---- the program cache -------------------------------------------------------------------------
+
+CACHE_SCRIPT = r"""
+import os, warnings, torch, torch_neuronx
+warnings.simplefilter("always")
+f = torch.compile(lambda t: (t.sin() * 3).softmax(-1), backend="neuron")
+x = torch.arange(12.0, device="neuron").reshape(3, 4) / 7
+out = f(x)
+torch.testing.assert_close(out.cpu(), (x.cpu().sin() * 3).softmax(-1))
+r = torch_neuronx.get_dynamo_metrics()[0]
+print("HIT" if r.cache_hit else "MISS", r.graph_id)
+"""
+
+
+def cache_files(root):
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(root) for f in files if f.endswith(".neff"))
+
+
+def test_disk_cache_layout_and_warm_start_in_a_new_process(tmp_path):
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "c")}
+    first = run_python(CACHE_SCRIPT, env)
+    assert first.returncode == 0, first.stderr
+    status, key = first.stdout.split()
+    assert status == "MISS"
+    (path,) = cache_files(tmp_path / "c")
+    assert path == os.path.join(str(tmp_path / "c"), key[0:2], key[2:4], key + ".neff")
+    second = run_python(CACHE_SCRIPT, env)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.split() == ["HIT", key]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "foreign"])
+def test_a_damaged_cache_entry_is_reported_deleted_and_recompiled(tmp_path, damage):
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "c")}
+    assert run_python(CACHE_SCRIPT, env).returncode == 0
+    (path,) = cache_files(tmp_path / "c")
+    data = bytearray(open(path, "rb").read())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":
+        data[len(data) // 2] ^= 0x40
+    else:
+        data = b"not a program at all" * 10
+    open(path, "wb").write(bytes(data))
+    again = run_python(CACHE_SCRIPT, env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split()[0] == "MISS"
+    assert "cache" in again.stderr.lower() and path.split("/")[-1][:-5] in again.stderr, again.stderr
+    (rewritten,) = cache_files(tmp_path / "c")
+    assert open(rewritten, "rb").read() != bytes(data)
+
+
+def test_disabled_cache_writes_nothing(tmp_path):
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "c"), "TORCH_NEURONX_DISABLE_NEFF_CACHE": "1"}
+    for _ in range(2):
+        result = run_python(CACHE_SCRIPT, env)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split()[0] == "MISS"
+    assert cache_files(tmp_path) == []
+
+
+def test_save_and_load_cache_artifacts_carry_the_programs(tmp_path):
+    save = CACHE_SCRIPT + r"""
+artifacts = torch.compiler.save_cache_artifacts()
+assert artifacts is not None
+open(os.environ["ARTIFACTS"], "wb").write(artifacts[0])
+print("types", sorted(artifacts[1].artifacts) if hasattr(artifacts[1], "artifacts") else artifacts[1])
+"""
+    load = r"""
+import os, torch
+torch.compiler.load_cache_artifacts(open(os.environ["ARTIFACTS"], "rb").read())
+""" + CACHE_SCRIPT
+    artifacts = str(tmp_path / "artifacts.bin")
+    saved = run_python(save, {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "a"), "ARTIFACTS": artifacts})
+    assert saved.returncode == 0, saved.stderr
+    assert "neuron_neff" in saved.stdout
+    loaded = run_python(load, {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "b"), "ARTIFACTS": artifacts})
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.split()[0] == "HIT"
+
+
+def test_preserved_compilation_artifacts(tmp_path):
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "c"), "TORCH_NEURONX_DEBUG_DIR": str(tmp_path / "debug"),
+           "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS": "1"}
+    result = run_python(CACHE_SCRIPT, env)
+    assert result.returncode == 0, result.stderr
+    for folder, suffix in (("fx_graphs", ".fx.txt"), ("neff", ".neff"), ("program", ".json")):
+        files = os.listdir(tmp_path / "debug" / folder / "proc_0")
+        assert files and all(f.endswith(suffix) for f in files), (folder, files)
