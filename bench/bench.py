@@ -91,6 +91,33 @@ def decode_modes(dtype, tokens, rounds):
             for mode, runs in results.items()}
 
 
+def compiled_decode(size, tokens, rounds):
+    """Static-cache greedy decode of a Llama-style model (bench/compile_decode.py), one fresh
+    process per side, sides interleaved per round: eager CPU, eager neuron, Inductor on CPU,
+    compiled neuron with an empty program cache (cold) and again with that cache (warm start
+    in a new process). Returns per mode the medians of (first-call s, steady tok/s)."""
+    import json
+    import tempfile
+    modes = ["cpu-eager", "neuron-eager", "cpu-inductor", "neuron-compiled-cold", "neuron-compiled-warm"]
+    results = {m: [] for m in modes}
+    tokens_of = {}
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as inductor_cache:
+            for mode in modes:
+                env = dict(os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=inductor_cache)
+                out = subprocess.run([sys.executable, os.path.join(HERE, "compile_decode.py"), "--size", size,
+                                      "--mode", mode.replace("-cold", "").replace("-warm", ""),
+                                      "--tokens", str(tokens)], env=env, capture_output=True, text=True)
+                if out.returncode != 0:
+                    raise SystemExit(f"compile_decode.py --size {size} --mode {mode} failed:\n{out.stderr[-3000:]}")
+                record = json.loads(out.stdout.strip().splitlines()[-1])
+                results[mode].append((record["first_call_s"], record["tok_s"]))
+                tokens_of[mode] = record["tokens"]
+    same = {m: tokens_of[m] == tokens_of["cpu-eager"] for m in modes}
+    return {m: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), same[m])
+            for m, runs in results.items()}
+
+
 def cpu_free_with_live_tensors(repeats):
     """CPU conv2d (whose oneDNN scratch frees go through the CPU allocator's raw deleter)
     with 1 and with 50k live neuron tensors, interleaved; returns the two medians (s)."""
@@ -114,6 +141,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output", default="BENCHMARKS.md")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--compile-rounds", type=int, default=1)
     args = parser.parse_args()
     rows = []
 
@@ -142,6 +170,19 @@ def main():
                      f"{async_speed / blocking_speed:.2f}",
                      f"host waits per token: {async_waits:.2f} async; target >= 1.0"))
 
+    compile_rows = []
+    for size, label in (("small", "~5M params (hidden 128, 4 layers)"), ("base", "~124M params (hidden 768, 12 layers)")):
+        r = compiled_decode(size, tokens, args.compile_rounds)
+        cpu, neuron, inductor = r["cpu-eager"], r["neuron-eager"], r["cpu-inductor"]
+        cold, warm = r["neuron-compiled-cold"], r["neuron-compiled-warm"]
+        compile_rows.append((
+            label, f"{cpu[1]:.1f}", f"{neuron[1]:.1f}", f"{inductor[1]:.1f}", f"{cold[1]:.1f}",
+            f"{cold[1] / neuron[1]:.2f} (target >= 2.0)" if size == "small" else f"{cold[1] / neuron[1]:.2f}",
+            f"{cold[1] / inductor[1]:.2f} (target >= 1.0)",
+            f"{inductor[0]:.1f} s", f"{cold[0]:.1f} s", f"{cold[0] / inductor[0]:.2f} (target <= 0.2)",
+            f"{warm[0]:.1f} s", f"{warm[0] / cold[0]:.2f} (target <= 0.2)",
+            "yes" if cold[2] and warm[2] else "NO"))
+
     lines = [
         "# Benchmarks",
         "",
@@ -157,6 +198,23 @@ def main():
         "|---|---|---|---|---|",
     ]
     lines += [f"| {' | '.join(row)} |" for row in rows]
+    lines += [
+        "",
+        "## torch.compile: static-cache greedy decode",
+        "",
+        f"bfloat16 Llama-style models built from a config (random weights, bench/compile_decode.py), "
+        f"{tokens} new tokens after an 8-token prompt, `cache_implementation=\"static\"`; each side in a "
+        f"fresh process, sides interleaved, medians of {args.compile_rounds} round(s). Steady figures are "
+        f"tokens/s of a whole `generate()` (Hugging Face's loop included); first call = the first "
+        f"`generate()` of a process, compilation included. Cold: empty program cache; warm: a new "
+        f"process with the cache the cold run filled.",
+        "",
+        "| model | CPU eager tok/s | neuron eager tok/s | CPU Inductor tok/s | neuron compiled tok/s "
+        "| compiled / eager neuron | compiled / Inductor | Inductor first call | compiled first call (cold) "
+        "| cold / Inductor | warm first call | warm / cold | tokens equal CPU eager |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [f"| {' | '.join(row)} |" for row in compile_rows]
     lines += [
         "",
         "Notes. Large ops run the same ATen CPU kernels on both sides; where neuron is faster",

@@ -6,6 +6,7 @@
 
 #include "../NeuronCommon.h"
 #include "Executor.h"
+#include "Pointwise.h"
 #include "runtime/program.h"
 
 namespace torch_neuron {
@@ -80,6 +81,15 @@ py::dict summary(const ProgramDesc& p) {
 
 void bind_programs(py::module& m) {
   m.def("scalar_type_code", [](at::ScalarType type) { return int(type); });
+  // Runs a fused pointwise code on CPU tensors (tests compare it with ATen's kernels).
+  m.def("run_pointwise", [](const at::Tensor& out, const std::vector<at::Tensor>& inputs,
+                            const std::vector<int64_t>& code, const std::vector<double>& scalars) {
+    PointwiseCode program{int(inputs.size()), code, scalars};
+    check_pointwise_code(program, "run_pointwise");
+    for (const auto& t : inputs) TORCH_CHECK(t.device().is_cpu(), "run_pointwise: CPU tensors only");
+    TORCH_CHECK(out.device().is_cpu(), "run_pointwise: CPU tensors only");
+    run_pointwise(out, inputs, program);
+  });
   m.def("encode_program", [](const py::dict& d) {
     auto p = program_from_dict(d);
     return py::bytes(neuron_rt::encode_program(p));

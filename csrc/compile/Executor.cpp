@@ -1,4 +1,5 @@
 #include "Executor.h"
+#include "Pointwise.h"
 
 #include <ATen/CPUFunctions.h>
 #include <ATen/EmptyTensor.h>
@@ -205,6 +206,37 @@ size_t ProgramExecutor::direct_nodes() const {
 
 size_t ProgramExecutor::dispatched_nodes() const { return steps_.size() - direct_nodes(); }
 
+std::unique_ptr<ProgramExecutor::Step> ProgramExecutor::pointwise_step(const neuron_rt::ProgramNode& node,
+                                                                       std::unique_ptr<Step> step) {
+  const auto& values = program_.values;
+  TORCH_CHECK(node.args.size() == 3 && node.args[0].kind == ProgramArg::Kind::kValueList &&
+                  node.args[1].kind == ProgramArg::Kind::kIntList && node.args[2].kind == ProgramArg::Kind::kDoubleList &&
+                  node.outputs.size() == 1 && node.outputs[0] >= 0 && size_t(node.outputs[0]) < values.size(),
+              "program ", program_.name, ": malformed neuron::pointwise node");
+  PointwiseCode code;
+  code.inputs = int(node.args[0].list.size());
+  code.code = node.args[1].list;
+  code.scalars = node.args[2].reals;
+  check_pointwise_code(code, program_.name);
+  std::vector<int> inputs;
+  for (size_t e = 0; e < node.args[0].list.size(); ++e) {
+    const int64_t id = node.args[0].list[e];
+    TORCH_CHECK(id >= 0 && size_t(id) < values.size() && !values[id].on_host, "program ", program_.name,
+                ": neuron::pointwise reads value ", id, ", which is not a device value");
+    inputs.push_back(int(id));
+    step->tensors.push_back({0, int(e), int(id)});
+  }
+  TORCH_CHECK(!values[node.outputs[0]].on_host, "program ", program_.name, ": neuron::pointwise writes a host value");
+  const int out = node.outputs[0];
+  step->direct = [code = std::move(code), inputs = std::move(inputs), out](const Step&, const Get& v) {
+    std::vector<at::Tensor> operands;
+    operands.reserve(inputs.size());
+    for (int id : inputs) operands.push_back(v(id));
+    run_pointwise(v(out), operands, code);
+  };
+  return step;
+}
+
 void ProgramExecutor::build() {
   const auto& values = program_.values;
   const size_t count = values.size();
@@ -254,6 +286,10 @@ void ProgramExecutor::build() {
     auto step = std::make_unique<Step>();
     step->name = node.op;
     step->outputs = node.outputs;
+    if (node.op == "neuron::pointwise") {  // Note [Fused pointwise kernels]
+      steps_.push_back(pointwise_step(node, std::move(step)));
+      continue;
+    }
     const size_t dot = node.op.find('.');
     const std::string name = node.op.substr(0, dot);
     const std::string overload = dot == std::string::npos ? "" : node.op.substr(dot + 1);

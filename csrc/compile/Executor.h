@@ -54,6 +54,7 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
 
  private:
   void build();
+  std::unique_ptr<Step> pointwise_step(const neuron_rt::ProgramNode& node, std::unique_ptr<Step> step);
   void bind_call(RunState& state, const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs);
   void execute(RunState& state);
 

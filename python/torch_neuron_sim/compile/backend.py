@@ -114,11 +114,10 @@ def _note_recompile(reason):
     if not reason or compile_id is None:
         return reason
     count = compile_id.frame_compile_id or 0
-    if count >= RECOMPILE_WARNING_THRESHOLD:
-        _warn_once(("recompiles", compile_id.frame_id),
-                   f"torch.compile(backend='neuron') recompiled one function {count} times; the latest reason: "
-                   f"{reason}. One program is compiled per input shape: pad the varying dimension to a few "
-                   f"fixed sizes (buckets) to bound the number of programs.")
+    if count == RECOMPILE_WARNING_THRESHOLD:  # once per function: when it crosses the threshold
+        warnings.warn(f"torch.compile(backend='neuron') recompiled one function {count} times; the latest reason: "
+                      f"{reason}. One program is compiled per input shape: pad the varying dimension to a few "
+                      f"fixed sizes (buckets) to bound the number of programs.", stacklevel=3)
     return reason
 
 

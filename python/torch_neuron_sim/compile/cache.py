@@ -20,7 +20,7 @@ from torch.compiler._cache import CacheArtifact, CacheArtifactFactory, CacheArti
 
 from .. import _C
 
-COMPILER_VERSION = "torch-neuron-sim-compiler-1"
+COMPILER_VERSION = "torch-neuron-sim-compiler-2"
 _cache = None
 
 
@@ -53,7 +53,8 @@ def _tensor_key(t):
 def key_for(gm, example_inputs, graph_type):
     digest = hashlib.sha256()
     platform, chips, lnc, cores = _C.topology()
-    for part in (COMPILER_VERSION, torch.__version__, graph_type, platform, str(lnc),
+    from . import fusion
+    for part in (COMPILER_VERSION, f"fusion={fusion.enabled()}", torch.__version__, graph_type, platform, str(lnc),
                  str(_C.computes_64bit_as_32bit()), gm.code):
         digest.update(part.encode())
         digest.update(b"\0")

@@ -17,6 +17,7 @@ import torch
 from torch.fx import Node
 
 from .. import _C
+from . import fusion
 
 # ProgramValue kinds, ProgramArg kinds (runtime/program.h).
 INPUT, CONSTANT, ARENA, OUTPUT, VIEW, DYNAMIC = range(6)
@@ -187,6 +188,7 @@ class Lowering:
 
     def lower(self):
         graph = self.gm.graph
+        self.fusion = fusion.Plan(graph, self.device_type) if fusion.enabled() else None
         input_index = 0
         for node in graph.nodes:
             if node.op == "placeholder":
@@ -230,6 +232,12 @@ class Lowering:
         return vid
 
     def _call(self, node):
+        if self.fusion is not None:
+            if node in self.fusion.inline:
+                return  # computed inside the groups that read it
+            if node in self.fusion.groups:
+                self._fused(node, *self.fusion.groups[node])
+                return
         target = node.target
         val = node.meta.get("val")
         if target is operator.getitem:
@@ -271,6 +279,20 @@ class Lowering:
             if vid >= 0:
                 self.last_use.setdefault(self._root_of(vid), len(self.nodes) - 1)
         self.node_values[node] = mapped if isinstance(val, (list, tuple)) else mapped[0]
+
+    def _fused(self, root, members, leaves):
+        """One neuron::pointwise node for a group (Note [Fused pointwise kernels])."""
+        ids = []
+        for leaf in leaves:
+            vid = self.node_values[leaf]
+            self._use(vid)
+            ids.append(vid)
+        code, scalars = fusion.code_for(members, leaves, dtype_code)
+        out = self._value_for(root.meta["val"], root)
+        self.nodes.append(("neuron::pointwise", [(A_VALUES, 0, 0.0, ids, [], ""), (A_INTS, 0, 0.0, code, [], ""),
+                                                 (A_DOUBLES, 0, 0.0, [], scalars, "")], [out]))
+        self.last_use.setdefault(self._root_of(out), len(self.nodes) - 1)
+        self.node_values[root] = out
 
     def _same_as_root(self, root, t):
         base = self.values[root].tensor

@@ -8,6 +8,10 @@
   folded constants) are computed once, here, and become constants of the program.
 - integer_histc: histc of integer inputs, which only accelerators accept (Accelerator.cpp),
   runs on float64 copies.
+- reinplace_input_updates: an input updated by a functional scatter-like op and written
+  back (`copy_(input, index_copy(input, ...))`, what functionalization makes of a static KV
+  cache's `index_copy_`) becomes the in-place op, when nothing reads the old value after the
+  update: the cache is written in place instead of copied twice per layer and step.
 - dead code elimination (FX's own, which keeps impure nodes such as in-place writes).
 
 After the passes the graph's fake-tensor metadata is propagated again, so the lowering sees
@@ -240,6 +244,43 @@ def fold_constants(gm):
     return folded
 
 
+_IN_PLACE = {
+    aten.index_copy.default: aten.index_copy_.default,
+    aten.index_put.default: aten.index_put_.default,
+    aten.scatter.src: aten.scatter_.src,
+    aten.scatter.value: aten.scatter_.value,
+}
+
+
+def reinplace_input_updates(gm):
+    """copy_(input, f(input, ...)) -> f_(input, ...) where f has an in-place form and no node
+    reads the input's old value after f; returns how many were rewritten."""
+    graph = gm.graph
+    order = {node: position for position, node in enumerate(graph.nodes)}
+    rewritten = 0
+    for copy in list(graph.nodes):
+        if copy.op != "call_function" or copy.target is not aten.copy_.default or len(copy.args) < 2:
+            continue
+        destination, update = copy.args[0], copy.args[1]
+        if not isinstance(update, torch.fx.Node) or update.op != "call_function" or update.target not in _IN_PLACE:
+            continue
+        if destination.op != "placeholder" or not update.args or update.args[0] is not destination:
+            continue
+        if any(order[user] > order[update] and user is not copy for user in destination.users):
+            continue  # the old value is read after the update
+        before, after = _val(destination), _val(update)
+        if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor) or \
+                (before.dtype, tuple(before.shape), before.stride()) != (after.dtype, tuple(after.shape), after.stride()):
+            continue
+        update.target = _IN_PLACE[update.target]
+        copy.replace_all_uses_with(update)
+        graph.erase_node(copy)
+        rewritten += 1
+    if rewritten:
+        _propagate(gm)
+    return rewritten
+
+
 def eliminate_dead_code(gm):
     changed = gm.graph.eliminate_dead_code()
     gm.recompile()
@@ -250,6 +291,7 @@ def run_passes(gm, on_device_ops):
     """All passes in order; returns counts for the compile record."""
     stats = {"histc": integer_histc(gm)}
     stats["narrowed_64bit"] = narrow_64bit(gm, on_device_ops)
+    stats["reinplaced"] = reinplace_input_updates(gm)  # before folding: it propagates fake values again
     stats["folded"] = fold_constants(gm)
     eliminate_dead_code(gm)
     stats["nodes"] = sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem)
