@@ -74,3 +74,17 @@ def test_training_step_compile_on_cpu():
     assert result["compiled"] == "training step (forward and backward)" and result["errors"] == []
     assert result["graphs_compiled"] == 1 and result["recompiles"] == 0
     assert model.model.embed_tokens.weight.grad is None  # gradients cleared after each step
+
+
+def test_dynamo_metrics_are_those_of_the_measurement_only(tmp_path):
+    """Records of graphs compiled before the measurement (earlier in the process) are not
+    reported as the workload's."""
+    import torch
+    import torch_neuronx
+
+    torch.compile(lambda t: t * 2, backend="neuron")(torch.ones(3, device="neuron"))
+    assert torch_neuronx.get_dynamo_metrics()
+    factory = os.path.join(DATA, "custom_models.py") + ":filtered"
+    path = write(tmp_path, "w.toml", _workload(f'factory = "{factory}"'))
+    _, report = run(path, str(tmp_path / "r"))
+    assert report["sections"]["compiles"]["neuron_dynamo_metrics"] == []

@@ -92,6 +92,7 @@ def measure(loaded, device, requests, backend_name, training=False):
     torch._dynamo.reset()
     counters.clear()
     cache_before = disk_usage(cache_dir())
+    metrics_before = len(devices.dynamo_metrics(device))  # records of earlier compiles in this process
     passes, errors = {}, []
     original_forward = loaded.model.forward
     try:
@@ -137,7 +138,7 @@ def measure(loaded, device, requests, backend_name, training=False):
         "steady_s": passes.get("steady", {}).get("seconds"),
         "recompile_limit": getattr(torch._dynamo.config, "recompile_limit", None),
         "cache_dir": cache_dir(), "cache_bytes_before": cache_before[0], "cache_files_before": cache_before[1],
-        "neuron_dynamo_metrics": devices.dynamo_metrics(device), "buckets": plan,
+        "neuron_dynamo_metrics": devices.dynamo_metrics(device)[metrics_before:], "buckets": plan,
         "timing": devices.timing_note(device),
     }
     after = disk_usage(cache_dir())
