@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -19,6 +20,15 @@ namespace {
 constexpr char kMagic[] = "NEURONSIMPROG";
 constexpr size_t kMagicLength = sizeof(kMagic) - 1;
 constexpr size_t kMaxDims = 64;
+
+// c10::ScalarType codes -> element bytes (0: not a dtype a program may hold).
+size_t element_size(int32_t dtype) {
+  static const uint8_t sizes[] = {
+      1, 1, 2, 4, 8, 2, 4, 8, 4, 8, 16, 1, 1, 1, 4, 2,   // Byte .. BFloat16 (0-15)
+      1, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 2, 4, 8,         // QUInt4x2 .. UInt64 (16-29)
+      1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};  // UInt1-7, Int1-7, Float8_e8m0fnu, Float4 (30-45)
+  return dtype >= 0 && size_t(dtype) < sizeof(sizes) ? sizes[dtype] : 0;
+}
 
 [[noreturn]] void corrupt(const std::string& what) {
   throw Error(ErrorCode::kCorruptProgram, "corrupt program: " + what);
@@ -128,8 +138,23 @@ TensorSpec read_spec(Reader& r) {
   for (int64_t s : spec.sizes) {
     if (s < 0) corrupt("a negative size");
   }
+  for (int64_t s : spec.strides) {
+    if (s < 0) corrupt("a negative stride");
+  }
   if (spec.offset < 0) corrupt("a negative storage offset");
+  if (element_size(spec.dtype) == 0) corrupt("unknown dtype code " + std::to_string(spec.dtype));
   return spec;
+}
+
+// Bytes of memory a tensor laid out by `spec` reaches (from its storage's start), saturated.
+uint64_t spec_bytes(const TensorSpec& spec) {
+  unsigned __int128 last = uint64_t(spec.offset);
+  for (size_t d = 0; d < spec.sizes.size(); ++d) {
+    if (spec.sizes[d] == 0) return 0;
+    last += (unsigned __int128)(spec.sizes[d] - 1) * uint64_t(spec.strides[d]);
+  }
+  const unsigned __int128 bytes = (last + 1) * element_size(spec.dtype);
+  return bytes > UINT64_MAX ? UINT64_MAX : uint64_t(bytes);
 }
 
 void write_arg(Writer& w, const ProgramArg& arg) {
@@ -233,6 +258,36 @@ ProgramDesc decode_program(const std::string& payload) {
   auto check_value = [&](int64_t id, const char* where) {
     if (id < 0 || id >= values) corrupt(std::string(where) + " names value " + std::to_string(id) + " of " + std::to_string(values));
   };
+  // Every tensor must fit the memory it is laid over (a slot, a constant, its view's root):
+  // the checksum only proves that the writer's bytes arrived, not that the writer was right.
+  std::vector<uint64_t> storage(size_t(values), 0);  // bytes a root's memory holds (0: per call)
+  for (int64_t i = 0; i < values; ++i) {
+    const ProgramValue& value = program.values[i];
+    const uint64_t needed = spec_bytes(value.spec);
+    switch (value.kind) {
+      case ProgramValue::Kind::kConstant:
+        if (value.index >= 0 && value.index < int64_t(program.constants.size())) {
+          storage[i] = program.constants[value.index].size();
+        }
+        if (needed > storage[i]) corrupt("a constant tensor larger than its bytes");
+        break;
+      case ProgramValue::Kind::kArena:
+        storage[i] = value.bytes;
+        if (needed > value.bytes) corrupt("an arena tensor larger than its slot");
+        break;
+      case ProgramValue::Kind::kView:
+        if (value.index >= 0 && value.index < i) {
+          storage[i] = storage[value.index];
+          const auto base_kind = program.values[value.index].kind;
+          const bool fixed_memory = base_kind == ProgramValue::Kind::kArena || base_kind == ProgramValue::Kind::kConstant ||
+                                    (base_kind == ProgramValue::Kind::kView && storage[value.index] > 0);
+          if (fixed_memory && needed > storage[i]) corrupt("a view reaching past its base's memory");
+        }
+        break;
+      default:
+        break;
+    }
+  }
   for (int64_t i = 0; i < values; ++i) {
     const ProgramValue& value = program.values[i];
     switch (value.kind) {

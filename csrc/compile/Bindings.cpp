@@ -110,7 +110,9 @@ void bind_programs(py::module& m) {
              return std::make_shared<ProgramExecutor>(std::move(desc), static_cast<c10::DeviceIndex>(device));
            }),
            py::arg("payload"), py::arg("device"))
-      .def("run", [](ProgramExecutor& self, const std::vector<at::Tensor>& inputs) { return self.run(inputs); })
+      // Without the GIL: run() may wait for another call of the program, or for a stream.
+      .def("run", [](ProgramExecutor& self, const std::vector<at::Tensor>& inputs) { return self.run(inputs); },
+           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("name", [](const ProgramExecutor& self) { return self.program().name; })
       .def_property_readonly("calls", &ProgramExecutor::calls)
       .def_property_readonly("direct_nodes", &ProgramExecutor::direct_nodes)

@@ -8,6 +8,7 @@
 #include <ATen/ScalarOps.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -72,6 +73,14 @@ at::Tensor host_tensor(void* data, size_t nbytes, const neuron_rt::TensorSpec& s
   return tensor;
 }
 
+// A view's spec with its offset moved from its root's compile-time offset to `root_offset`.
+neuron_rt::TensorSpec rebased(const neuron_rt::TensorSpec& view, const neuron_rt::TensorSpec& root, int64_t root_offset) {
+  neuron_rt::TensorSpec spec = view;
+  spec.offset = view.offset - root.offset + root_offset;
+  TORCH_CHECK(spec.offset >= 0, "compiled graph: a view of an input would start before its storage");
+  return spec;
+}
+
 at::Tensor view_of(const at::Tensor& base, const neuron_rt::TensorSpec& spec) {
   auto tensor = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(base.storage()),
                                                           base.unsafeGetTensorImpl()->key_set(),
@@ -83,9 +92,14 @@ at::Tensor view_of(const at::Tensor& base, const neuron_rt::TensorSpec& spec) {
 void check_input(const at::Tensor& t, const neuron_rt::TensorSpec& spec, size_t index, const std::string& name,
                  c10::DeviceIndex device) {
   TORCH_CHECK(t.defined(), "compiled graph ", name, ": input ", index, " is None; expected a tensor");
-  TORCH_CHECK(t.device().type() == kNeuron && t.device().index() == device, "compiled graph ", name, ": input ",
-              index, " is on ", t.device(), "; the graph was compiled for neuron:", int(device),
-              ". Move it with .to('neuron:", int(device), "')");
+  if (device < 0) {  // a host input (a CPU scalar tensor, as traced)
+    TORCH_CHECK(t.device().is_cpu(), "compiled graph ", name, ": input ", index, " is on ", t.device(),
+                "; the graph was compiled for a CPU tensor there");
+  } else {
+    TORCH_CHECK(t.device().type() == kNeuron && t.device().index() == device, "compiled graph ", name, ": input ",
+                index, " is on ", t.device(), "; the graph was compiled for neuron:", int(device),
+                ". Move it with .to('neuron:", int(device), "')");
+  }
   TORCH_CHECK(t.scalar_type() == scalar_type(spec.dtype) && t.sizes() == c10::IntArrayRef(spec.sizes),
               "compiled graph ", name, ": input ", index, " is ", t.scalar_type(), t.sizes(), "; the graph was compiled for ",
               scalar_type(spec.dtype), c10::IntArrayRef(spec.sizes),
@@ -239,6 +253,9 @@ std::unique_ptr<ProgramExecutor::Step> ProgramExecutor::pointwise_step(const neu
 
 void ProgramExecutor::build() {
   const auto& values = program_.values;
+  for (int32_t id : program_.outputs) {
+    if (id >= 0 && size_t(id) < values.size() && values[id].on_host) runs_inline_ = true;
+  }
   const size_t count = values.size();
   fixed_.assign(count, at::Tensor());
   per_call_.assign(count, false);
@@ -330,6 +347,12 @@ void ProgramExecutor::build() {
     for (const auto& slot : step->tensors) {
       if (slot.value >= 0 && values[slot.value].on_host) all_device = false;
     }
+    const bool seeded = std::any_of(schema.arguments().begin(), schema.arguments().end(), [](const c10::Argument& a) {
+      auto type = a.real_type();
+      if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+      return type->kind() == c10::TypeKind::GeneratorType;
+    });
+    if (seeded || name.rfind("aten::", 0) != 0) runs_inline_ = true;
     const bool in_place = node.op == "aten::copy_";
     if ((slot_output || in_place) && all_device && step->tensor_lists.empty()) step->direct = direct_kernel(node.op, *step);
     steps_.push_back(std::move(step));
@@ -343,7 +366,7 @@ void ProgramExecutor::bind_call(RunState& state, const std::vector<at::Tensor>& 
   for (size_t i = 0; i < values.size(); ++i) {
     const ProgramValue& value = values[i];
     if (value.kind == ProgramValue::Kind::kInput) {
-      state.values[i] = host_view(inputs[value.index]);
+      state.values[i] = value.on_host ? inputs[value.index] : host_view(inputs[value.index]);
     } else if (value.kind == ProgramValue::Kind::kOutput) {
       if (value.on_host) {
         output_by_value[i] = at::empty_strided(value.spec.sizes, value.spec.strides,
@@ -356,7 +379,10 @@ void ProgramExecutor::bind_call(RunState& state, const std::vector<at::Tensor>& 
         state.values[i] = host_view(output_by_value[i]);
       }
     } else if (value.kind == ProgramValue::Kind::kView && per_call_[i]) {
-      state.values[i] = view_of(state.values[value.index], value.spec);
+      // Rebased on the call's own offset: an input may be a slice of a larger storage whose
+      // offset differs from the one it had when the graph was compiled.
+      const at::Tensor& base = state.values[value.index];
+      state.values[i] = view_of(base, rebased(value.spec, values[value.index].spec, base.storage_offset()));
     }
   }
   // Each output as the caller sees it: a neuron tensor (a view of an input or of a fresh output).
@@ -373,7 +399,8 @@ void ProgramExecutor::bind_call(RunState& state, const std::vector<at::Tensor>& 
       TORCH_CHECK(false, "program ", program_.name, ": output value ", id, " is not backed by an input or an output");
     }
     outputs.push_back(value.kind == ProgramValue::Kind::kView
-                          ? device_base.as_strided(value.spec.sizes, value.spec.strides, value.spec.offset)
+                          ? device_base.as_strided(value.spec.sizes, value.spec.strides,
+                                                   rebased(value.spec, base.spec, device_base.storage_offset()).offset)
                           : device_base);
   }
 }
@@ -422,6 +449,11 @@ void ProgramExecutor::execute(RunState& state) {
       }
       step.op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
     }
+    if (stack.size() == 1 && stack[0].isTensorList()) {  // one Tensor[] return (_foreach_*, split...)
+      auto list = stack[0].toTensorList();
+      stack.clear();
+      for (const at::Tensor& t : list) stack.emplace_back(t);
+    }
     for (size_t r = 0; r < step.outputs.size() && r < stack.size(); ++r) {
       const int id = step.outputs[r];
       if (id < 0 || !stack[r].isTensor()) continue;
@@ -443,8 +475,11 @@ std::vector<at::Tensor> ProgramExecutor::run(const std::vector<at::Tensor>& inpu
   TORCH_CHECK(inputs.size() == program_.inputs.size(), "compiled graph ", program_.name, " takes ",
               program_.inputs.size(), " inputs, got ", inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_input(inputs[i], program_.values[program_.inputs[i]].spec, i, program_.name, device_);
+    const ProgramValue& value = program_.values[program_.inputs[i]];
+    check_input(inputs[i], value.spec, i, program_.name, value.on_host ? -1 : device_);
   }
+  // The caller released the GIL (Bindings.cpp): a thread waiting here for another call holds
+  // nothing a running program may need (a Python kernel takes the GIL itself).
   std::lock_guard<std::mutex> lock(mutex_);
   calls_.fetch_add(1);
   auto& rt = runtime();
@@ -459,19 +494,31 @@ std::vector<at::Tensor> ProgramExecutor::run(const std::vector<at::Tensor>& inpu
   std::vector<at::Tensor> outputs;
   c10::DeviceGuard guard(c10::Device(kNeuron, device_));
   bind_call(*state, inputs, outputs);
-  if (rt.launch_blocking()) {
+  if (rt.launch_blocking() || runs_inline_) {
+    // Inline also in asynchronous mode when the program draws random numbers (draws happen in
+    // program order with the host's, as eager random ops do), runs a non-ATen kernel (which
+    // may need the GIL) or produces host values the caller reads at once.
+    if (!rt.launch_blocking()) synchronize_stream(stream);
     neuron_rt::GuardScope scope;
     scope.add(arena_.get());
     for (auto& constant : constants_) scope.add(constant.get());
-    for (const at::Tensor& t : inputs) scope.add(buffer_ref_of(t.storage()).get());
-    for (const at::Tensor& t : outputs) scope.add(buffer_ref_of(t.storage()).get());
+    for (const at::Tensor& t : inputs) {
+      if (!t.device().is_cpu()) scope.add(buffer_ref_of(t.storage()).get());
+    }
+    for (const at::Tensor& t : outputs) {
+      if (!t.device().is_cpu()) scope.add(buffer_ref_of(t.storage()).get());
+    }
     execute(*state);
   } else {
     // One task: it holds every buffer the program touches; its host views are fresh.
     std::vector<neuron_rt::BufferRef> buffers{arena_};
     for (auto& constant : constants_) buffers.push_back(constant);
-    for (const at::Tensor& t : inputs) buffers.push_back(buffer_ref_of(t.storage()));
-    for (const at::Tensor& t : outputs) buffers.push_back(buffer_ref_of(t.storage()));
+    for (const at::Tensor& t : inputs) {
+      if (!t.device().is_cpu()) buffers.push_back(buffer_ref_of(t.storage()));
+    }
+    for (const at::Tensor& t : outputs) {
+      if (!t.device().is_cpu()) buffers.push_back(buffer_ref_of(t.storage()));
+    }
     const c10::DeviceIndex device = device_;
     NEURON_RT_CALL(stream.enqueue([self = shared_from_this(), state, buffers = std::move(buffers), device]() mutable {
       neuron_rt::GuardScope scope;

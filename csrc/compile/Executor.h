@@ -70,6 +70,7 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   std::vector<int> root_;       // the value whose storage a value uses (itself for roots)
   std::vector<std::unique_ptr<Step>> steps_;
   std::atomic<uint64_t> calls_{0};
+  bool runs_inline_ = false;  // also in asynchronous mode (see run())
   const void* arena_stream_ = nullptr;  // the stream of the last call (the arena's user)
   uint64_t arena_marker_ = 0;
 };

@@ -112,6 +112,37 @@ TEST(Program, DecodeRejectsIndicesThatPointNowhere) {
   EXPECT_THROW(decode_program(encode_program(p)), Error);
 }
 
+// Well-sealed but wrong programs (a writer's bug, an older writer): tensors larger than the
+// memory under them are refused, never executed (review 8, finding 11).
+TEST(Program, DecodeRejectsTensorsLargerThanTheirMemory) {
+  EXPECT_NO_THROW(decode_program(encode_program(sample_program())));
+  auto rejected = [](const ProgramDesc& p) {
+    try {
+      // sealed and unsealed: the checksum is right, the content is not
+      decode_program(unseal_program(seal_program("k", encode_program(p)), "k"));
+      return false;
+    } catch (const Error& e) {
+      return e.code() == ErrorCode::kCorruptProgram;
+    }
+  };
+  ProgramDesc p = sample_program();
+  p.values[2].spec.sizes = {64, 64};  // 16 KiB in a 24-byte slot
+  p.values[2].spec.strides = {64, 1};
+  EXPECT_TRUE(rejected(p));
+  p = sample_program();
+  p.values[1].spec.sizes = {4, 3};  // a constant tensor past its 24 bytes
+  EXPECT_TRUE(rejected(p));
+  p = sample_program();
+  p.values[3].spec.offset = 5;  // the view reaches past its slot
+  EXPECT_TRUE(rejected(p));
+  p = sample_program();
+  p.values[2].spec.strides = {-3, 1};
+  EXPECT_TRUE(rejected(p));
+  p = sample_program();
+  p.values[2].spec.dtype = 200;
+  EXPECT_TRUE(rejected(p));
+}
+
 TEST(Program, RandomDamageNeverCrashesTheLoader) {
   // A fuzz test: damaged payloads and files go to the decoder and the unsealer, which
   // must either return a well-formed program or throw Error (ASan/UBSan runs watch it).

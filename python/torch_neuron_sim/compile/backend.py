@@ -152,6 +152,25 @@ class _Compiled:
 
 
 def _compile_graph(gm, example_inputs, *, context, graph_type):
+    if graph_type != "backward":
+        return _compile_graph_now(gm, example_inputs, context=context, graph_type=graph_type)
+    # The backward graph compiles lazily, at the first .backward(), outside neuron_backend's
+    # handler: its failures get the same treatment here.
+    try:
+        return _compile_graph_now(gm, example_inputs, context=context, graph_type=graph_type)
+    except Exception as error:  # noqa: BLE001
+        if not context["fallback"]:
+            raise NEFFCompilationError(
+                f"torch.compile(backend='neuron') could not compile the backward graph: {type(error).__name__}: "
+                f"{error}. Set TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 (or options={{'fallback_execution': "
+                f"True}}) to run such graphs eagerly") from error
+        _warn_once(("eager", "backward", context["aot_id"]),
+                   f"torch.compile(backend='neuron'): the backward graph could not be compiled "
+                   f"({type(error).__name__}: {error}); running it eagerly")
+        return make_boxed_func(gm)
+
+
+def _compile_graph_now(gm, example_inputs, *, context, graph_type):
     name = f"{context['model_name']}_{context['aot_id']}_{graph_type}_{_nth_of(context, graph_type)}"
     started = time.perf_counter_ns()
     device = context["device"]

@@ -24,7 +24,11 @@ def _attention_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
 
 
 def decomposition_table():
+    from torch._decomp import decomposition_table as torch_decompositions
     return {
+        # dropout as rand_like < p (which then draws from the device's generator, passes.py):
+        # native_dropout's kernel has no generator argument and would use the CPU's.
+        aten.native_dropout.default: torch_decompositions[aten.native_dropout.default],
         aten._scaled_dot_product_fused_attention_overrideable.default: _attention,
         aten._scaled_dot_product_fused_attention_overrideable_backward.default: _attention_backward,
     }

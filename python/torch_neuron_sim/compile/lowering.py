@@ -78,6 +78,7 @@ class Lowering:
         self.nodes = []          # (op name, args, outputs, fx node index)
         self.inputs = []
         self.last_use = {}       # root value id -> index of the last program node that reads it
+        self.ambiguous = set()   # storages of several inputs: a result over one has no single root
 
     # ---- values ---------------------------------------------------------------------------
     def _on_host(self, t):
@@ -101,6 +102,8 @@ class Lowering:
     def _value_for(self, t, node):
         """The value of tensor `t` made by `node`: a view of a known storage, or a new root."""
         key = _storage_key(t)
+        if key in self.ambiguous:
+            raise LoweringError(f"{node.format_node()}: its result shares the storage of several graph inputs")
         if key in self.roots:
             root = self.roots[key]
             base = self.values[root].tensor
@@ -178,6 +181,8 @@ class Lowering:
                 args.append(kwargs.pop(argument.name))
             elif argument.has_default_value():
                 args.append(argument.default_value)
+            elif "Generator" in str(argument.type):
+                args.append(None)  # the executor passes the device's default generator
             else:
                 raise LoweringError(f"{node.format_node()}: no value for argument {argument.name}")
         return [self._arg(value, argument.type) for value, argument in zip(args, schema.arguments)]
@@ -213,12 +218,15 @@ class Lowering:
         return self._finish()
 
     def _value_for_input(self, val, index):
+        # Every input is its own root, also when inputs shared a storage while tracing: a later
+        # call may pass independent tensors (AOTAutograd gives mutated aliases one base input).
         key = _storage_key(val)
-        if key in self.roots:  # two inputs over one storage (views of each other)
-            return self._view(self.roots[key], val)
         vid = len(self.values)
         self.values.append(_Value(INPUT, val, index, val.untyped_storage().nbytes(), self._on_host(val)))
-        self.roots[key] = vid
+        if key in self.roots:
+            self.ambiguous.add(key)
+        else:
+            self.roots[key] = vid
         return vid
 
     def _constant(self, tensor):
@@ -261,7 +269,10 @@ class Lowering:
         results = list(val) if isinstance(val, (list, tuple)) else [val]
         outputs = []
         mapped = []
-        for returned, result in zip(target._schema.returns, results):
+        returns = list(target._schema.returns)
+        if len(returns) == 1 and isinstance(returns[0].type, torch.ListType) and isinstance(val, (list, tuple)):
+            returns = returns * len(results)  # one Tensor[] return: each element is a result
+        for returned, result in zip(returns, results):
             if not _is_tensor(result):
                 outputs.append(-1)
                 mapped.append(result)
@@ -269,7 +280,7 @@ class Lowering:
             alias = returned.alias_info is not None and returned.alias_info.is_write
             if alias:  # in-place / out=: the argument itself
                 outputs.append(-1)
-                mapped.append(self.roots.get(_storage_key(result)))
+                mapped.append(self._written_argument(node, returned))
                 continue
             vid = self._value_for(result, node)
             outputs.append(vid)
@@ -294,6 +305,18 @@ class Lowering:
         self.last_use.setdefault(self._root_of(out), len(self.nodes) - 1)
         self.node_values[root] = out
 
+    def _written_argument(self, node, returned):
+        """The value of the argument an in-place / out= return aliases."""
+        schema = node.target._schema
+        for i, argument in enumerate(schema.arguments):
+            info = argument.alias_info
+            if info is not None and info.is_write and set(info.before_set) & set(returned.alias_info.before_set):
+                value = node.args[i] if i < len(node.args) and not argument.kwarg_only else \
+                    node.kwargs.get(argument.name)
+                if isinstance(value, Node) and isinstance(self.node_values.get(value), int):
+                    return self.node_values[value]
+        raise LoweringError(f"{node.format_node()}: cannot tell which argument its result aliases")
+
     def _same_as_root(self, root, t):
         base = self.values[root].tensor
         return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset()) == \
@@ -308,13 +331,25 @@ class Lowering:
                 continue
             mapped = self.node_values[item] if isinstance(item, Node) else item
             if isinstance(mapped, int) and isinstance(item, Node) and _is_tensor(item.meta.get("val")):
+                root = self._root_of(mapped)
+                if self.values[root].kind == ARENA and not self.values[root].on_host:
+                    self.values[root].kind = OUTPUT  # returned: a fresh buffer per call
+                elif self.values[root].kind not in (INPUT, OUTPUT):
+                    # a folded constant or a host value made in the graph: the caller gets a copy
+                    mapped = self._copy_out(mapped)
                 self.layout.append(("value", len(self.outputs)))
                 self.outputs.append(mapped)
-                root = self._root_of(mapped)
-                if self.values[root].kind == ARENA:
-                    self.values[root].kind = OUTPUT  # returned: a fresh buffer per call
             else:
                 self.layout.append(("constant", mapped))
+
+    def _copy_out(self, vid):
+        """A fresh output (device, or host for a host value) holding a copy of value `vid`."""
+        t = self.values[vid].tensor
+        out = len(self.values)
+        self.values.append(_Value(OUTPUT, t, 0, t.untyped_storage().nbytes(), self._on_host(t)))
+        self._use(vid)
+        self.nodes.append(("aten::clone", [(A_VALUE, vid, 0.0, [], [], ""), (A_NONE, 0, 0.0, [], [], "")], [out]))
+        return out
 
     def _finish(self):
         # The arena plan: best fit over the lifetimes of the planned roots.

@@ -281,6 +281,28 @@ def reinplace_input_updates(gm):
     return rewritten
 
 
+_WITH_GENERATOR = {
+    aten.rand.default: aten.rand.generator, aten.randn.default: aten.randn.generator,
+    aten.rand_like.default: aten.rand_like.generator, aten.randn_like.default: aten.randn_like.generator,
+    aten.randint.default: aten.randint.generator, aten.randint.low: aten.randint.low_generator,
+    aten.randperm.default: aten.randperm.generator, aten.randint_like.default: aten.randint_like.generator,
+}
+
+
+def seeded_ops_take_a_generator(gm):
+    """Random ops without a Generator argument would draw from the CPU's default generator in
+    the executor (kernels run on host views); their overloads with one draw from the device's
+    generator (the executor passes it), as eager ops do. Returns how many were rewritten."""
+    rewritten = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _WITH_GENERATOR:
+            node.target = _WITH_GENERATOR[node.target]
+            rewritten += 1
+    if rewritten:
+        gm.recompile()
+    return rewritten
+
+
 def eliminate_dead_code(gm):
     changed = gm.graph.eliminate_dead_code()
     gm.recompile()
@@ -289,7 +311,7 @@ def eliminate_dead_code(gm):
 
 def run_passes(gm, on_device_ops):
     """All passes in order; returns counts for the compile record."""
-    stats = {"histc": integer_histc(gm)}
+    stats = {"histc": integer_histc(gm), "seeded": seeded_ops_take_a_generator(gm)}
     stats["narrowed_64bit"] = narrow_64bit(gm, on_device_ops)
     stats["reinplaced"] = reinplace_input_updates(gm)  # before folding: it propagates fake values again
     stats["folded"] = fold_constants(gm)
