@@ -83,3 +83,9 @@ def test_fit_command_table_and_bad_input(capsys):
     assert main(["fit", "/nonexistent/model"]) == 2
     assert main(["fit", QWEN_27B, "--platform", "trn9"]) == 2
     assert "unknown platform 'trn9'" in capsys.readouterr().out
+
+
+def test_smallest_fitting_tp_whatever_the_listed_order():
+    result = fit(DEMO_MODEL, platforms=["trn2"], lnc=[2], tp=[8, 4, 2, 1], max_seq_len=512)
+    assert [r["tp"] for r in result["rows"]] == [8, 4, 2, 1]  # rows keep the order asked for
+    assert result["smallest_fitting_tp"]["trn2 LNC=2"] == {"tp": 1, "among": "the listed degrees"}

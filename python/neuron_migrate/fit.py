@@ -166,7 +166,7 @@ def fit(model, dtype="bfloat16", platforms=("trn1", "trn2", "trn3"), lnc=(1, 2),
                              "parameter_bytes_per_core": share["parameters"],
                              "cache_bytes_per_core": share["cache"], "total_bytes_per_core": need,
                              "headroom": 1 - need / budget, "fits": fits, "problems": problems})
-                if fits and key not in smallest:
+                if fits and (key not in smallest or degree < smallest[key]["tp"]):  # in any listed order
                     smallest[key] = {"tp": degree, "among": "the listed degrees"}
             if key not in smallest:
                 smallest[key] = {"tp": _smallest_power_of_two(params, cache_total, config, usable, max_cores),
