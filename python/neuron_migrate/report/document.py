@@ -183,7 +183,8 @@ def _fit(s, report):
                          gib(x["total_bytes_per_core"]), "yes" if x["fits"] else "no " + "; ".join(x["problems"])]
                         for x in f["rows"]]))
         blocks.append(("list", [f"{k}: smallest fitting TP = {v['tp']} ({v['among']})"
-                                for k, v in f["smallest_fitting_tp"].items()]))
+                                for k, v in f["smallest_fitting_tp"].items()]
+                       + [f"not offered: {item}" for item in f.get("not_offered") or []]))
     if r.get("rows"):
         blocks.append(("p", f"**Roofline bound (not a measurement):** {count(r['flops_per_token'])} FLOPs and "
                             f"{mib(r['bytes_per_token_batch1'])} moved per generated token at batch 1, context "
