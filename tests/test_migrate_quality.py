@@ -91,3 +91,12 @@ def build():
     assert errors and "sequence too long" in errors[0]["message"] and errors[0]["traceback"]
     verdict = next(v for v in report["sections"]["verdict"] if v["condition"] == "error_rate_max")
     assert verdict["measured"] == 1.0 and verdict["verdict"] == "no-go"
+
+
+def test_gate_not_measured_is_not_a_go_for_the_exit_status(tmp_path):
+    broken = write(tmp_path, "broken.py", "def build():\n    raise RuntimeError('weights are corrupt')\n")
+    path = write(tmp_path, "w.toml", _workload("x", "logits_max_abs_error = 0.01\nerror_rate_max = 0")
+                 .replace(f"{FACTORY}:x", f"{broken}:build"))
+    status, report = run(path, str(tmp_path / "r"))
+    assert {v["verdict"] for v in report["sections"]["verdict"]} == {"not measured"}
+    assert status == 3  # was 0, the status of "every stop condition go"

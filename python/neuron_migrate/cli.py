@@ -1,7 +1,8 @@
 """The `neuron-migrate` command: run, fit, compare, report.
 
-Exit status: 0 done (every stop condition go, or none set), 3 a stop condition is no-go,
-2 bad input (workload file, arguments, runs that may not be compared), 130 interrupted."""
+Exit status: 0 done (every stop condition go, or none set), 3 a stop condition is not a go
+(no-go, or it could not be measured), 2 bad input (workload file, arguments, runs that may not
+be compared), 130 interrupted."""
 import argparse
 import json
 import os

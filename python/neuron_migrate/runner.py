@@ -270,7 +270,8 @@ def run_command(workload_path, target, baseline, out, progress, console):
     console.print(f"report: {', '.join(paths)}")
     if status == "interrupted":
         return 130
-    return 3 if any(v["verdict"] == "no-go" for v in store.data["sections"].get("verdict", [])) else 0
+    # "not measured" is never a go: a gate the run could not measure fails it like a no-go
+    return 3 if any(v["verdict"] != "go" for v in store.data["sections"].get("verdict", [])) else 0
 
 
 def _finish(store, run, workload, target, baseline, cpu_start, status):
