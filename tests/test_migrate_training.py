@@ -1,8 +1,10 @@
 """neuron-migrate on a training workload: loss curve and gradient norms against the baseline,
 time per step, time to the loss target, restart from a checkpoint file, cost per run."""
+import os
+
 import pytest
 
-from migrate_helpers import run, tiny_llama_folder, write
+from migrate_helpers import DATA, run, tiny_llama_folder, write
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +68,85 @@ def test_step_time_target_and_run_cost(trained):
     assert any(o["op"] == "aten::mm" for o in sections["census"]["ops"])
     assert any(op.startswith("aten::_fused_adamw") or op.startswith("aten::_foreach") or op.startswith("aten::addcdiv")
                for op in [o["op"] for o in sections["census"]["ops"]])
+
+
+def test_failed_restart_check_keeps_the_loss_curves(tmp_path):
+    # the model raises on the evaluated device only: the restart check cannot run there, but the
+    # baseline's loss curve and the target's own error must stay in the report
+    model = write(tmp_path, "shy.py", """
+import torch
+
+class DeviceShy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 16)
+        self.head = torch.nn.Linear(16, 64)
+
+    def forward(self, input_ids):
+        if input_ids.device.type != "cpu":
+            raise NotImplementedError("this model's custom kernel runs on the CPU only")
+        return self.head(self.embed(input_ids))
+
+def build():
+    torch.manual_seed(0)
+    return DeviceShy()
+""")
+    path = write(tmp_path, "w.toml", f"""
+[workload]
+name = "shy"
+task = "train"
+[model]
+factory = "{model}:build"
+[inputs]
+prompt_lengths = [4]
+vocab_limit = 64
+[train]
+steps = 4
+checkpoint_at = 2
+batch_size = 2
+seq_len = 8
+[compile]
+enabled = false
+[gates]
+resume_loss_max_abs_diff = 0.0
+""")
+    status, report = run(path, str(tmp_path / "r"))
+    training = report["sections"]["training"]
+    assert "error" not in training and len(training["baseline"]["loss"]) == 4
+    assert "custom kernel runs on the CPU only" in training["target"]["error"]
+    messages = [f["message"] for f in report["findings"] if f["section"] == "training"]
+    assert any("target training raised" in m for m in messages)
+    assert any("restart check skipped" in m for m in messages)
+    assert report["sections"]["verdict"][0]["verdict"] == "not measured" and status == 3
+
+
+def test_restart_check_that_raises_is_a_finding(tmp_path, monkeypatch):
+    from neuron_migrate import training
+
+    def no_checkpoint(workload, device):
+        raise RuntimeError("the first training process wrote no checkpoint: disk full")
+
+    monkeypatch.setattr(training, "kill_and_resume", no_checkpoint)
+    path = write(tmp_path, "w.toml", f"""
+[workload]
+name = "restart-fails"
+task = "train"
+[model]
+factory = "{os.path.join(DATA, 'custom_models.py')}:filtered"
+[inputs]
+prompt_lengths = [4]
+vocab_limit = 64
+[train]
+steps = 4
+checkpoint_at = 2
+batch_size = 2
+seq_len = 8
+[compile]
+enabled = false
+""")
+    status, report = run(path, str(tmp_path / "r"), "--on", "cpu")
+    training_section = report["sections"]["training"]
+    assert len(training_section["target"]["loss"]) == len(training_section["baseline"]["loss"]) == 4
+    assert training_section["loss_max_abs_diff"] == 0.0 and "restart" not in training_section
+    finding = next(f for f in report["findings"] if f["section"] == "training")
+    assert "restart check failed: RuntimeError: the first training process wrote no checkpoint" in finding["message"]

@@ -172,12 +172,22 @@ class _Run:
         target = training.run(self.cpu_model, self.target, batches, t.lr)
         self.sampler.phase = "training (baseline)"
         baseline = training.run(self.cpu_model, self.baseline, batches, t.lr)
-        self.sampler.phase = "training restart (target)"
-        restart = training.kill_and_resume(self.workload, self.target)
         for role, record in (("target", target), ("baseline", baseline)):
             if record.get("error"):
                 self.store.finding("training", f"{role} training raised: {record['error']}", severity="error",
                                    traceback=record["traceback"])
+        restart = None
+        if target.get("error"):
+            self.store.finding("training", "restart check skipped: the target's training raised")
+        else:
+            self.sampler.phase = "training restart (target)"
+            try:
+                restart = training.kill_and_resume(self.workload, self.target)
+            except stopping.StopRequested:
+                raise
+            except Exception as error:  # a finding; the loss curves measured above are kept
+                self.store.finding("training", f"restart check failed: {type(error).__name__}: {error}",
+                                   severity="error", traceback=True)
         result = training.summary(target, baseline, restart, t.checkpoint_at, t.loss_target)
         baseline_seconds = baseline["step_seconds"][1:]
         if baseline_seconds:
