@@ -150,3 +150,60 @@ enabled = false
     assert training_section["loss_max_abs_diff"] == 0.0 and "restart" not in training_section
     finding = next(f for f in report["findings"] if f["section"] == "training")
     assert "restart check failed: RuntimeError: the first training process wrote no checkpoint" in finding["message"]
+
+
+def _restart_children(marker):
+    """Pids of restart-check children whose command line names `marker` (the workload file)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                command = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if b"neuron_migrate.resume_worker" in command and marker.encode() in command:
+            found.append(int(pid))
+    return found
+
+
+def test_restart_child_does_not_outlive_a_killed_run(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from migrate_helpers import HERE
+    path = write(tmp_path, "w.toml", f"""
+[workload]
+name = "orphan"
+task = "train"
+[model]
+factory = "{os.path.join(DATA, 'custom_models.py')}:filtered"
+[inputs]
+prompt_lengths = [4]
+vocab_limit = 64
+[train]
+steps = 6
+checkpoint_at = 3
+batch_size = 2
+seq_len = 8
+[compile]
+enabled = false
+""")
+    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "python"), HF_HUB_OFFLINE="1")
+    run_process = subprocess.Popen([sys.executable, "-m", "neuron_migrate", "run", path, "--on", "cpu",
+                                    "--baseline", "cpu", "--out", str(tmp_path / "r"), "--no-progress"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not _restart_children(path) and run_process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _restart_children(path), "the restart check never started"
+    run_process.kill()  # the run dies without clean-up (OOM killer, CI timeout)
+    run_process.wait()
+    deadline = time.monotonic() + 120  # a liveness bound, not a timing: the child needs seconds
+    while _restart_children(path) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = _restart_children(path)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "the restart check's child outlived the run (it trained forever)"

@@ -1,8 +1,9 @@
 """Child process of the restart check (`python -m neuron_migrate.resume_worker`).
 
-`first WORKLOAD DEVICE FOLDER`: builds the workload's model as the run does, trains
+`first WORKLOAD DEVICE FOLDER PARENT_PID`: builds the workload's model as the run does, trains
 `train.checkpoint_at` steps, writes FOLDER/checkpoint.pt (model + optimizer state, written
-atomically), then keeps training until the parent kills it.
+atomically), then keeps training until the parent kills it, or until the parent is gone (a run
+killed with SIGKILL cannot kill it: it must not train forever).
 `resume WORKLOAD DEVICE FOLDER`: builds the model afresh, loads the checkpoint, trains the
 remaining steps and writes their losses to FOLDER/resumed.json."""
 import json
@@ -17,7 +18,7 @@ from .workload import load
 
 
 def main(argv):
-    phase, workload_path, device, folder = argv
+    phase, workload_path, device, folder = argv[:4]
     workload = load(workload_path)
     loaded_cpu = build_cpu_model(workload)
     batches = training_batches(loaded_cpu, workload)
@@ -31,8 +32,10 @@ def main(argv):
         torch.save({"model": loaded.model.state_dict(), "optimizer": optimizer.state_dict(), "step": at},
                    checkpoint + ".tmp")
         os.replace(checkpoint + ".tmp", checkpoint)
-        while True:  # on until killed, as a real job would be
+        parent = int(argv[4])
+        while os.getppid() == parent:  # on until killed, as a real job would be; never outlives the run
             training.steps(loaded, optimizer, batches[at:], device, training.new_record())
+        return 0
     state = torch.load(checkpoint, map_location=device)
     loaded.model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])

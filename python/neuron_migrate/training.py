@@ -67,19 +67,19 @@ def kill_and_resume(workload, device, timeout_s=600):
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory(prefix="neuron-migrate-restart-") as folder:
         command = [sys.executable, "-m", "neuron_migrate.resume_worker"]
-        first = subprocess.Popen(command + ["first", workload.path, device, folder], env=env,
+        first = subprocess.Popen(command + ["first", workload.path, device, folder, str(os.getpid())], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         checkpoint = os.path.join(folder, "checkpoint.pt")
         deadline = time.monotonic() + timeout_s
-        while not os.path.exists(checkpoint) and first.poll() is None and time.monotonic() < deadline:
-            stopping.check()
-            time.sleep(0.05)
-        if not os.path.exists(checkpoint):
-            first.kill()
+        try:
+            while not os.path.exists(checkpoint) and first.poll() is None and time.monotonic() < deadline:
+                stopping.check()
+                time.sleep(0.05)
+        finally:  # also when the run stops here: the child trains until killed
+            first.kill()  # SIGKILL: no clean-up in the child
             _, error = first.communicate()
+        if not os.path.exists(checkpoint):
             raise RuntimeError(f"the first training process wrote no checkpoint: {error.decode()[-2000:]}")
-        first.kill()  # SIGKILL: no clean-up in the child
-        first.communicate()
         checkpoint_bytes = os.path.getsize(checkpoint)
         second = subprocess.run(command + ["resume", workload.path, device, folder], env=env,
                                 capture_output=True, text=True, timeout=timeout_s)
