@@ -207,3 +207,43 @@ enabled = false
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, "the restart check's child outlived the run (it trained forever)"
+
+
+def _gpt2_with_dropout(folder):
+    from transformers import AutoConfig
+    path = os.path.join(folder, "gpt2")
+    # GPT-2's default config: dropout 0.1 in embeddings, attention and residuals
+    AutoConfig.for_model("gpt2", vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                          bos_token_id=1, eos_token_id=2).save_pretrained(path)
+    return path
+
+
+def test_dropout_draws_repeat_in_every_run_and_after_a_restart(tmp_path):
+    path = write(tmp_path, "w.toml", f"""
+[workload]
+name = "dropout-restart"
+task = "train"
+[model]
+path = "{_gpt2_with_dropout(tmp_path)}"
+random_init = true
+[inputs]
+prompt_lengths = [4]
+[train]
+steps = 4
+checkpoint_at = 2
+batch_size = 2
+seq_len = 8
+[compile]
+enabled = false
+[fit]
+platforms = ["trn2"]
+tp = [1]
+[gates]
+resume_loss_max_abs_diff = 0.0
+""")
+    status, report = run(path, str(tmp_path / "r"), "--baseline", "neuron")
+    training_section = report["sections"]["training"]
+    # the same device twice: the same dropout draws, the same losses
+    assert training_section["loss_max_abs_diff"] == 0.0, training_section["target"]["loss"]
+    restart = training_section["restart"]
+    assert restart["max_abs_diff"] == 0.0 and len(restart["losses_after_restart"]) == 2, restart

@@ -51,6 +51,22 @@ def synchronize(device):
         getattr(torch, kind).synchronize()
 
 
+def rng_state(device):
+    """The random generators a training step on `device` draws from (dropout): the CPU's and
+    the device's, for a checkpoint."""
+    kind = torch.device(device).type
+    state = {"cpu": torch.get_rng_state()}
+    if kind != "cpu":
+        state["device"] = getattr(torch, kind).get_rng_state(device)
+    return state
+
+
+def set_rng_state(device, state):
+    torch.set_rng_state(state["cpu"].cpu())  # a checkpoint may have been loaded onto the device
+    if "device" in state:
+        getattr(torch, torch.device(device).type).set_rng_state(state["device"].cpu(), device)
+
+
 def _memory_module(device):
     kind = torch.device(device).type
     return None if kind == "cpu" else getattr(torch, kind)

@@ -106,7 +106,8 @@ class _Run:
                     results[role] = quality.outputs(model, device, self.requests, self.workload.inputs.max_new_tokens)
                 else:
                     batches = loading.training_batches(self.cpu_model, self.workload)[:2]
-                    results[role] = training.run(self.cpu_model, device, batches, self.workload.train.lr)
+                    results[role] = training.run(self.cpu_model, device, batches, self.workload.train.lr,
+                                                 self.workload.seed)
             results[role + "_census"] = mode.summary()
         fallback = tracking.fallback_ops()
         target_census = results["target_census"]
@@ -169,9 +170,9 @@ class _Run:
         t = self.workload.train
         batches = loading.training_batches(self.cpu_model, self.workload)
         self.sampler.phase = "training (target)"
-        target = training.run(self.cpu_model, self.target, batches, t.lr)
+        target = training.run(self.cpu_model, self.target, batches, t.lr, self.workload.seed)
         self.sampler.phase = "training (baseline)"
-        baseline = training.run(self.cpu_model, self.baseline, batches, t.lr)
+        baseline = training.run(self.cpu_model, self.baseline, batches, t.lr, self.workload.seed)
         for role, record in (("target", target), ("baseline", baseline)):
             if record.get("error"):
                 self.store.finding("training", f"{role} training raised: {record['error']}", severity="error",

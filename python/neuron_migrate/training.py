@@ -42,12 +42,14 @@ def steps(loaded, optimizer, batches, device, record):
         record["step_seconds"].append(time.perf_counter() - start)
 
 
-def run(loaded_cpu, device, batches, lr):
-    """The uninterrupted run: {loss, grad_norm, step_seconds} per step (or an error)."""
+def run(loaded_cpu, device, batches, lr, seed):
+    """The uninterrupted run: {loss, grad_norm, step_seconds} per step (or an error). Random
+    draws (dropout) start from `seed` on every device and in the restart check's processes."""
     record = new_record()
     try:
         loaded = fresh(loaded_cpu, device)
         optimizer = torch.optim.AdamW(loaded.model.parameters(), lr=lr)
+        torch.manual_seed(seed)  # the CPU's and every device's generator
         steps(loaded, optimizer, batches, device, record)
     except stopping.StopRequested:
         raise
