@@ -41,3 +41,12 @@ def test_clean_script_and_aliases():
 def test_syntax_error_is_a_finding():
     findings = scan_source("def broken(:\n", "bad.py")
     assert findings[0]["kind"] == "syntax error" and findings[0]["file"] == "bad.py"
+
+
+def test_line_and_code_of_a_continued_call_and_after_a_form_feed():
+    source = "import torch\nmodel = (torch.nn.Linear(4, 4)\n         .to(torch.float16)\n         .cuda())\n"
+    finding = next(f for f in scan_source(source) if f["kind"] == ".cuda()")
+    assert (finding["line"], finding["column"], finding["code"]) == (4, 11, ".cuda())")  # was line 2, no .cuda()
+    source = "import torch\n\x0c\nx = torch.ones(2)\ny = x.cuda()\n"  # ^L: a page break, not a line break
+    finding = next(f for f in scan_source(source) if f["kind"] == ".cuda()")
+    assert (finding["line"], finding["code"]) == (4, "y = x.cuda()")
