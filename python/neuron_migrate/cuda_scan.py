@@ -2,6 +2,7 @@
 (nothing is executed): each finding has the file, line, the code and the suggested change."""
 import ast
 import re
+import tokenize
 
 CUDA_COMPILE_MODES = {"max-autotune", "reduce-overhead", "max-autotune-no-cudagraphs"}
 CUDA_ONLY_BACKENDS = {"inductor", "cudagraphs", "tensorrt", "torch_tensorrt"}
@@ -175,12 +176,16 @@ def scan_source(source, path="<string>"):
 
 
 def scan_files(paths):
+    """Findings for every script; one that cannot be read or decoded is an "unreadable" finding."""
     findings = []
     for path in paths:
         try:
-            with open(path, encoding="utf-8") as handle:
-                findings.extend(scan_source(handle.read(), path))
-        except OSError as error:
+            with tokenize.open(path) as handle:  # the encoding Python would use (PEP 263 cookie, BOM, UTF-8)
+                source = handle.read()
+        except (OSError, SyntaxError, UnicodeDecodeError) as error:
+            why = error.strerror if isinstance(error, OSError) else f"not valid Python source text ({error})"
             findings.append({"file": path, "line": 0, "column": 0, "code": "", "kind": "unreadable",
-                             "message": f"cannot read: {error.strerror}", "suggestion": "check workload.script"})
+                             "message": f"cannot read: {why}", "suggestion": "check workload.script"})
+            continue
+        findings.extend(scan_source(source, path))
     return findings
