@@ -48,8 +48,9 @@ def _will_it_run(s):
         blocks.append(("p", f"**64-bit values that 32-bit computation would not keep** (checked on "
                             f"{census.get('wide_values_checked_on')}, which computes them exactly): {len(wide)}"))
         if wide:
-            blocks.append(("table", ["op", "dtype", "shape", "sample value", "problem"],
-                           [[w["op"], w["dtype"], str(w["shape"]), str(w["sample_value"]), w["problem"]] for w in wide]))
+            blocks.append(("table", ["op", "in its", "dtype", "shape", "sample value", "problem"],
+                           [[w["op"], w.get("where", "output"), w["dtype"], str(w["shape"]), str(w["sample_value"]),
+                             w["problem"]] for w in wide]))
         top = sorted(census.get("ops") or [], key=lambda o: -o["count"])[:12]
         if top:
             blocks.append(("table", ["op (most called)", "calls", "distinct signatures", "sample signature"],
