@@ -57,7 +57,7 @@ def _percentiles(values):
 def serve(loaded, device, requests, serve_config, max_new_tokens):
     """{warmup, levels: [{concurrency, latency_ms, ttft_ms, tokens_per_s, ...}]}."""
     warmup = {}
-    for request in {r.label: r for r in requests}.values():
+    for request in {r.shape: r for r in requests}.values():  # every shape once
         stopping.check()
         result = _serve_one(loaded, device, request, max_new_tokens, serve_config.timeout_s)
         warmup[request.label] = result["latency_s"]
