@@ -106,3 +106,13 @@ def test_new_prices_are_a_change_not_a_cost_regression(baseline_report):
     same_prices = copy.deepcopy(a)
     same_prices["sections"]["cost"]["running"]["target"]["per_million_tokens"] *= 2  # a slower run
     assert compare(a, same_prices)["regressions"] == ["cost per 1M tokens"]
+
+
+def test_missing_or_truncated_report_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty")]) == 2  # raised FileNotFoundError
+    assert "cannot read the report" in " ".join(capsys.readouterr().out.split())
+    (tmp_path / "truncated").mkdir()
+    (tmp_path / "truncated" / "report.json").write_text('{"schema": "neuron-migrate/report", "schema_version": 1}')
+    assert main(["compare", str(tmp_path / "truncated"), str(tmp_path / "truncated")]) == 2  # raised KeyError
+    assert "without its sections" in " ".join(capsys.readouterr().out.split())

@@ -66,7 +66,11 @@ def main(argv=None):
         return compare_command(args.a, args.b, console, as_json=args.json)
     if args.command == "report":
         from .report import render_folder
-        paths = render_folder(args.folder)
+        try:
+            paths = render_folder(args.folder)
+        except (OSError, ValueError) as error:
+            console.print(f"[red]report: {escape(str(error))}")
+            return 2
         console.print("wrote " + ", ".join(paths))
         return 0
     from .runner import run_command

@@ -3,6 +3,7 @@ devices, model files) and which measurements got worse. Runs whose conditions di
 (model, precision, inputs, shapes, training or compile settings) are not compared."""
 import json
 
+from rich.markup import escape
 from rich.table import Table
 
 from .report.store import load
@@ -120,7 +121,7 @@ def compare_command(path_a, path_b, console, as_json=False):
     try:
         a, b = load(path_a), load(path_b)
     except (OSError, ValueError) as error:
-        console.print(f"[red]compare: {error}")
+        console.print(f"[red]compare: {escape(str(error))}")
         return 2
     result = compare(a, b)
     if as_json:
