@@ -25,8 +25,8 @@ def load_config(model):
 
 
 def _is_causal_lm(config):
-    from transformers import AutoModelForCausalLM
-    return type(config) in AutoModelForCausalLM._model_mapping
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING
+    return type(config) in MODEL_FOR_CAUSAL_LM_MAPPING
 
 
 def build_on_meta(config, dtype):

@@ -103,7 +103,7 @@ def _compiles(s, timing):
                             f"**{c['graphs_compiled']} graphs compiled, "
                             f"{c['recompiles']} recompiles**, {c['graph_breaks']} graph breaks over "
                             f"{c['buckets']['distinct_shapes']} distinct input shapes. Warm-up: cold "
-                            f"{number(c['warmup_cold_s'])} s, warm (after torch._dynamo.reset(); disk cache "
+                            f"{number(c['warmup_cold_s'])} s, warm (after torch.compiler.reset(); disk cache "
                             f"{c['cache_dir']}) {number(c['warmup_warm_s'])} s, steady {number(c['steady_s'])} s "
                             f"({timing})."))
         if c.get("requests_failed"):
