@@ -2,6 +2,7 @@
 devices, model files) and which measurements got worse. Runs whose conditions differ
 (model, precision, inputs, shapes, training or compile settings) are not compared."""
 import json
+import math
 
 from rich.markup import escape
 from rich.table import Table
@@ -56,6 +57,10 @@ def _metrics(report):
     return found
 
 
+def _is_nan(value):
+    return isinstance(value, float) and math.isnan(value)
+
+
 def _diff_dicts(a, b):
     keys = sorted(set(a) | set(b))
     return [(k, a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)]
@@ -93,7 +98,9 @@ def compare(a, b):
         if value_a is None and value_b is None:
             continue
         regression = False
-        if value_a is not None and value_b is not None:
+        if _is_nan(value_a) or _is_nan(value_b):  # every comparison with NaN is False
+            regression = _is_nan(value_b) and not _is_nan(value_a)
+        elif value_a is not None and value_b is not None:
             margin = abs(value_a) * slack
             regression = value_b > value_a + margin if direction == "lower" else value_b < value_a - margin
         elif value_a is not None:

@@ -14,6 +14,7 @@ import torch
 
 from . import stopping
 from .loading import LoadedModel, causal_lm_loss
+from .quality import worst
 
 
 def new_record():
@@ -99,15 +100,15 @@ def summary(target, baseline, restart, checkpoint_at, loss_target):
     result = {"target": target, "baseline": baseline}
     if target["loss"] and baseline["loss"]:
         pairs = list(zip(target["loss"], baseline["loss"]))
-        result["loss_max_abs_diff"] = max(abs(a - b) for a, b in pairs)
+        result["loss_max_abs_diff"] = worst(abs(a - b) for a, b in pairs)  # a NaN loss is not hidden
         result["final_loss"] = {"target": target["loss"][-1], "baseline": baseline["loss"][-1]}
         norms = list(zip(target["grad_norm"], baseline["grad_norm"]))
-        result["grad_norm_max_rel_diff"] = max(abs(a - b) / max(abs(b), 1e-12) for a, b in norms)
+        result["grad_norm_max_rel_diff"] = worst(abs(a - b) / max(abs(b), 1e-12) for a, b in norms)
     if restart is not None and target["loss"]:
         after = target["loss"][checkpoint_at:]
         diffs = [abs(a - b) for a, b in zip(restart["loss"], after)]
         result["restart"] = {"checkpoint_at": checkpoint_at, "losses_after_restart": restart["loss"],
-                             "uninterrupted_losses": after, "max_abs_diff": max(diffs) if diffs else None,
+                             "uninterrupted_losses": after, "max_abs_diff": worst(diffs),
                              "checkpoint_bytes": restart.get("checkpoint_bytes"),
                              "killed_with": restart.get("killed_with"),
                              "how": "a training process killed after writing its checkpoint; a new process "
