@@ -58,6 +58,15 @@ def test_restart_from_checkpoint_gives_the_same_losses(trained):
     assert verdicts == {"loss_max_abs_diff": "go", "resume_loss_max_abs_diff": "go"} and trained[0] == 0
 
 
+def test_training_census_leaves_out_the_model_upload(trained):
+    sections = trained[1]["sections"]
+    census = sections["census"]
+    weights = sections["load"]["parameters"] * 4  # float32
+    batches = 2 * 2 * 16 * 8  # the census's two steps: 2 x 16 int64 token ids each
+    # was the weights too: the model was copied to the device inside the census
+    assert census["copies_bytes"]["cpu->neuron"] == batches < weights
+
+
 def test_step_time_target_and_run_cost(trained):
     sections = trained[1]["sections"]
     training = sections["training"]

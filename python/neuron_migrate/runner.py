@@ -99,6 +99,8 @@ class _Run:
         for role, device, model in (("baseline", self.baseline, self.baseline_model),
                                     ("target", self.target, self.target_model)):
             mode = census.OpCensus(check_64bit=(role == "baseline"))
+            if self.workload.task == "train":  # copied before the census, as a generation model is
+                model = training.fresh(self.cpu_model, device)
             if role == "target":
                 tracking.clear()
             with mode:
@@ -107,7 +109,7 @@ class _Run:
                 else:
                     batches = loading.training_batches(self.cpu_model, self.workload)[:2]
                     results[role] = training.run(self.cpu_model, device, batches, self.workload.train.lr,
-                                                 self.workload.seed)
+                                                 self.workload.seed, loaded=model)
             results[role + "_census"] = mode.summary()
         fallback = tracking.fallback_ops()
         target_census = results["target_census"]

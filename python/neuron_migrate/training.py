@@ -43,12 +43,13 @@ def steps(loaded, optimizer, batches, device, record):
         record["step_seconds"].append(time.perf_counter() - start)
 
 
-def run(loaded_cpu, device, batches, lr, seed):
+def run(loaded_cpu, device, batches, lr, seed, loaded=None):
     """The uninterrupted run: {loss, grad_norm, step_seconds} per step (or an error). Random
-    draws (dropout) start from `seed` on every device and in the restart check's processes."""
+    draws (dropout) start from `seed` on every device and in the restart check's processes.
+    `loaded`: the model already copied to `device` (default: a fresh copy of the CPU model)."""
     record = new_record()
     try:
-        loaded = fresh(loaded_cpu, device)
+        loaded = loaded or fresh(loaded_cpu, device)
         optimizer = torch.optim.AdamW(loaded.model.parameters(), lr=lr)
         torch.manual_seed(seed)  # the CPU's and every device's generator
         steps(loaded, optimizer, batches, device, record)
