@@ -89,3 +89,13 @@ def test_unavailable_device_exits_2(tmp_path, capsys):
         pytest.skip("this machine has CUDA: the unavailable-device path cannot be shown with it")
     assert main(["run", path, "--baseline", "cuda", "--out", str(tmp_path / "r"), "--no-progress"]) == 2
     assert "device 'cuda' is not available" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("device, message", [
+    ("gpu", "device 'gpu' is not a device name (expected neuron, cuda or cpu, optionally with :index)"),
+    ("neuron:99", "device 'neuron:99' is not available:"),
+])
+def test_unknown_device_or_core_exits_2(tmp_path, capsys, device, message):
+    path = write(tmp_path, "w.toml", GOOD)
+    assert main(["run", path, "--on", device, "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+    assert message in " ".join(capsys.readouterr().out.split())
