@@ -95,7 +95,8 @@ def test_new_prices_are_a_change_not_a_cost_regression(baseline_report):
     folder, a = baseline_report
     a = copy.deepcopy(a)
     a["sections"]["cost"] = {"currency": "USD", "running": {"target": {
-        "device": "neuron", "price_per_hour": 1.0, "tokens_per_s": 100.0, "per_million_tokens": 1.0 / 3600 / 100 * 1e6}}}
+        "device": "neuron", "price_per_hour": 1.0, "tokens_per_s": 100.0,
+        "per_million_tokens": 1.0 / 3600 / 100 * 1e6}}}
     b = copy.deepcopy(a)
     b["sections"]["cost"]["running"]["target"].update(price_per_hour=2.0, per_million_tokens=2.0 / 3600 / 100 * 1e6)
     result = compare(a, b)

@@ -110,7 +110,8 @@ def test_nan_on_the_device_is_the_worst_error_not_dropped():
     from neuron_migrate import quality, training
     from neuron_migrate.compare import compare
     fine = {"label": "b1xL4", "logits": torch.zeros(1, 4, 8), "tokens": torch.zeros(1, 2, dtype=torch.long)}
-    nan = {"label": "b2xL4", "logits": torch.full((2, 4, 8), float("nan")), "tokens": torch.zeros(2, 2, dtype=torch.long)}
+    nan = {"label": "b2xL4", "logits": torch.full((2, 4, 8), float("nan")),
+           "tokens": torch.zeros(2, 2, dtype=torch.long)}
     compared = quality.compare([fine, nan], [fine, dict(nan, logits=torch.zeros(2, 4, 8))])
     assert math.isnan(compared["logits_max_abs_error"])  # Python's max() gave 0.0: a "go"
     from neuron_migrate.verdict import decide

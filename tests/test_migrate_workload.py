@@ -47,7 +47,8 @@ def test_bad_field_is_named_with_expected_form(tmp_path, text, field, expected):
 @pytest.mark.parametrize("text, message", [
     (GOOD.replace("[gates]", "batch_sizes = []\n[gates]"),
      "inputs.batch_sizes: expected a non-empty list of positive integers, got []"),
-    (GOOD.replace("[gates]", "max_new_tokens = 0\n[gates]"), "inputs.max_new_tokens: expected a positive integer, got 0"),
+    (GOOD.replace("[gates]", "max_new_tokens = 0\n[gates]"),
+     "inputs.max_new_tokens: expected a positive integer, got 0"),
     (GOOD.replace("[gates]", "vocab_limit = 0\n[gates]"), "inputs.vocab_limit: expected a positive integer, got 0"),
     (GOOD + "[serve]\nrequests = 0\n", "serve.requests: expected a positive integer, got 0"),
     (GOOD + "[serve]\ntimeout_s = -1\n", "serve.timeout_s: expected a positive number, got -1.0"),
@@ -58,10 +59,12 @@ def test_bad_field_is_named_with_expected_form(tmp_path, text, field, expected):
     (GOOD + "[fit]\nplatforms = ['trn9']\n", "fit.platforms: unknown platform 'trn9'"),
     (GOOD + "[fit]\nplatforms = ['trn1']\nlnc = [2]\n", "fit.lnc: no platform offers LNC 2 (trn1 offers 1)"),
     (GOOD + "[fit]\nheadroom = 1.5\n", "fit.headroom: expected a fraction of the HBM kept free"),
-    (GOOD + "[cost]\nprice_per_hour = { neuron = -1.0 }\n", "cost.price_per_hour.neuron: expected a price of zero or more"),
+    (GOOD + "[cost]\nprice_per_hour = { neuron = -1.0 }\n",
+     "cost.price_per_hour.neuron: expected a price of zero or more"),
     (GOOD + "[cost]\ntraining_run_steps = 0\n", "cost.training_run_steps: expected a positive integer, got 0"),
     (GOOD.replace('name = "w"', 'name = "w"\nscript = ["a.py", 1]'), "workload.script[]: expected a string, got 1"),
-    (GOOD.replace('path = "m"', 'path = "m"\nfactory = "f.py:build"'), "model.factory: expected model.path or model.factory, not both"),
+    (GOOD.replace('path = "m"', 'path = "m"\nfactory = "f.py:build"'),
+     "model.factory: expected model.path or model.factory, not both"),
 ])
 def test_out_of_range_values_are_refused_when_the_file_is_read(tmp_path, text, message):
     # before: these loaded, then failed inside a section (ZeroDivisionError, TypeError) or gave nonsense

@@ -98,7 +98,8 @@ class OpCensus(TorchDispatchMode):
                 if bool(bad.any()):
                     index = int(bad.flatten().nonzero()[0])
                     value = tensor.flatten()[index].item()
-                    self.wide_values.append({"op": name, "where": where, "dtype": "float64", "shape": list(tensor.shape),
+                    self.wide_values.append({"op": name, "where": where, "dtype": "float64",
+                                             "shape": list(tensor.shape),
                                              "sample_value": value, "as_float32": float(torch.tensor(value).float()),
                                              "problem": f"changes by more than rtol={self.float64_rtol} in float32"})
                     found += 1

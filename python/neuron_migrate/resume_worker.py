@@ -1,9 +1,9 @@
 """Child process of the restart check (`python -m neuron_migrate.resume_worker`).
 
 `first WORKLOAD DEVICE FOLDER PARENT_PID`: builds the workload's model as the run does, trains
-`train.checkpoint_at` steps, writes FOLDER/checkpoint.pt (model + optimizer state, written
-atomically, with the random generators' states), then keeps training until the parent kills it, or until the parent is gone (a run
-killed with SIGKILL cannot kill it: it must not train forever).
+`train.checkpoint_at` steps, writes FOLDER/checkpoint.pt (model + optimizer state + random
+generator states, written atomically), then keeps training until the parent kills it, or until
+the parent is gone (a run killed with SIGKILL cannot kill it: it must not train forever).
 `resume WORKLOAD DEVICE FOLDER`: builds the model afresh, loads the checkpoint, trains the
 remaining steps and writes their losses to FOLDER/resumed.json."""
 import json

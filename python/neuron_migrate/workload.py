@@ -155,7 +155,8 @@ def _check_range(where, value, ok, expected):
 
 
 def _positive(where, value):
-    _check_range(where, value, lambda v: v > 0, "a positive number" if isinstance(value, float) else "a positive integer")
+    expected = "a positive number" if isinstance(value, float) else "a positive integer"
+    _check_range(where, value, lambda v: v > 0, expected)
 
 
 def _section(data, name, cls, element_types=None):
