@@ -69,3 +69,29 @@ def test_float64_values_that_float32_changes():
 def test_fallback_tracking_is_off_the_neuron_device():
     tracking = devices.OpTracking("cpu")
     assert not tracking.enabled and tracking.fallback_ops() == []
+
+
+class _PrecomputedHash(torch.nn.Module):
+    """Hash buckets from an int64 table built at construction (values beyond 2**31), reduced by
+    remainder: the op's output is small, its input is not."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("token_hash", torch.arange(64, dtype=torch.int64) * 2654435761)
+        self.hashed = torch.nn.Embedding(257, 8)
+
+    def forward(self, input_ids):
+        return self.hashed(torch.remainder(self.token_hash, 257)[input_ids])
+
+
+def test_wide_values_an_op_reads_are_found_not_only_those_it_writes():
+    model = _PrecomputedHash()
+    ids = torch.tensor([[5, 7, 9]])
+    census = OpCensus(check_64bit=True)
+    with census, torch.no_grad():
+        expected = model(ids)
+    wide = census.summary()["wide_values"]
+    assert [(w["op"], w["where"], w["sample_value"]) for w in wide] == [
+        ("aten::remainder.Scalar", "input", 63 * 2654435761)]  # the buffer, seen once
+    # why it matters: computed in 32 bits on the device the buckets, hence the outputs, differ
+    assert not torch.equal(model.to("neuron")(ids.to("neuron")).cpu(), expected)

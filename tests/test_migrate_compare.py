@@ -89,3 +89,31 @@ def test_not_a_report_is_an_error(tmp_path, capsys):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "report.json").write_text('{"schema": "other"}')
     assert main(["compare", str(tmp_path / "x"), str(tmp_path / "x")]) == 2
+
+
+def test_new_prices_are_a_change_not_a_cost_regression(baseline_report):
+    folder, a = baseline_report
+    a = copy.deepcopy(a)
+    a["sections"]["cost"] = {"currency": "USD", "running": {"target": {
+        "device": "neuron", "price_per_hour": 1.0, "tokens_per_s": 100.0,
+        "per_million_tokens": 1.0 / 3600 / 100 * 1e6}}}
+    b = copy.deepcopy(a)
+    b["sections"]["cost"]["running"]["target"].update(price_per_hour=2.0, per_million_tokens=2.0 / 3600 / 100 * 1e6)
+    result = compare(a, b)
+    assert result["regressions"] == []  # the same throughput under the team's new price table
+    assert result["prices"] == [("price_per_hour (target)", 1.0, 2.0)]
+    row = next(r for r in result["metrics"] if r["metric"] == "cost per 1M tokens")
+    assert row["note"] == "prices changed" and row["b"] == 2 * row["a"]
+    same_prices = copy.deepcopy(a)
+    same_prices["sections"]["cost"]["running"]["target"]["per_million_tokens"] *= 2  # a slower run
+    assert compare(a, same_prices)["regressions"] == ["cost per 1M tokens"]
+
+
+def test_missing_or_truncated_report_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty")]) == 2  # raised FileNotFoundError
+    assert "cannot read the report" in " ".join(capsys.readouterr().out.split())
+    (tmp_path / "truncated").mkdir()
+    (tmp_path / "truncated" / "report.json").write_text('{"schema": "neuron-migrate/report", "schema_version": 1}')
+    assert main(["compare", str(tmp_path / "truncated"), str(tmp_path / "truncated")]) == 2  # raised KeyError
+    assert "without its sections" in " ".join(capsys.readouterr().out.split())

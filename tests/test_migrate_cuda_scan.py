@@ -41,3 +41,25 @@ def test_clean_script_and_aliases():
 def test_syntax_error_is_a_finding():
     findings = scan_source("def broken(:\n", "bad.py")
     assert findings[0]["kind"] == "syntax error" and findings[0]["file"] == "bad.py"
+
+
+def test_line_and_code_of_a_continued_call_and_after_a_form_feed():
+    source = "import torch\nmodel = (torch.nn.Linear(4, 4)\n         .to(torch.float16)\n         .cuda())\n"
+    finding = next(f for f in scan_source(source) if f["kind"] == ".cuda()")
+    assert (finding["line"], finding["column"], finding["code"]) == (4, 11, ".cuda())")  # was line 2, no .cuda()
+    source = "import torch\n\x0c\nx = torch.ones(2)\ny = x.cuda()\n"  # ^L: a page break, not a line break
+    finding = next(f for f in scan_source(source) if f["kind"] == ".cuda()")
+    assert (finding["line"], finding["code"]) == (4, "y = x.cuda()")
+
+
+def test_script_that_cannot_be_decoded_is_a_finding_and_the_others_are_scanned(tmp_path):
+    latin = tmp_path / "latin.py"
+    latin.write_bytes("# caf\u00e9\nimport torch\nx = torch.ones(2).cuda()\n".encode("latin-1"))  # no coding cookie
+    declared = tmp_path / "declared.py"
+    declared.write_bytes("# -*- coding: latin-1 -*-\n# caf\u00e9\nx = y.cuda()\n".encode("latin-1"))
+    good = tmp_path / "good.py"
+    good.write_text("import torch\ntorch.cuda.synchronize()\n")
+    findings = scan_files([str(latin), str(declared), str(good)])  # raised UnicodeDecodeError
+    assert [(os.path.basename(f["file"]), f["line"], f["kind"]) for f in findings] == [
+        ("latin.py", 0, "unreadable"), ("declared.py", 3, ".cuda()"), ("good.py", 2, "torch.cuda API")]
+    assert "not valid Python source text" in findings[0]["message"]

@@ -83,3 +83,32 @@ def test_fit_command_table_and_bad_input(capsys):
     assert main(["fit", "/nonexistent/model"]) == 2
     assert main(["fit", QWEN_27B, "--platform", "trn9"]) == 2
     assert "unknown platform 'trn9'" in capsys.readouterr().out
+
+
+def test_smallest_fitting_tp_whatever_the_listed_order():
+    result = fit(DEMO_MODEL, platforms=["trn2"], lnc=[2], tp=[8, 4, 2, 1], max_seq_len=512)
+    assert [r["tp"] for r in result["rows"]] == [8, 4, 2, 1]  # rows keep the order asked for
+    assert result["smallest_fitting_tp"]["trn2 LNC=2"] == {"tp": 1, "among": "the listed degrees"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tp", "0"], "--tp: expected a non-empty list of positive integers, got [0]"),
+    (["--batch", "-1"], "--batch: expected a positive integer, got -1"),
+    (["--max-seq-len", "0"], "--max-seq-len: expected a positive integer, got 0"),
+    (["--headroom", "1.5"], "--headroom: expected a fraction of the HBM kept free, 0 <= headroom < 1, got 1.5"),
+    (["--platform", "trn1", "--lnc", "2"], "--lnc: no platform offers LNC 2 (trn1 offers 1)"),
+])
+def test_fit_command_refuses_bad_numbers(capsys, args, message):
+    assert main(["fit", DEMO_MODEL, "--json", *args]) == 2
+    assert message in " ".join(capsys.readouterr().out.split())
+
+
+def test_fit_refuses_bad_arguments_before_building_the_model():
+    with pytest.raises(ValueError, match=r"tp: expected a non-empty list of positive integers, got \[0\]"):
+        fit("/nonexistent/model", tp=[0])
+
+
+def test_lnc_a_platform_lacks_is_named_not_an_error():
+    result = fit(DEMO_MODEL, platforms=["trn1", "trn2"], lnc=[2], tp=[1], max_seq_len=512)
+    assert [(r["platform"], r["lnc"]) for r in result["rows"]] == [("trn2", 2)]
+    assert result["not_offered"] == ["trn1 has no LNC=2"]

@@ -28,3 +28,12 @@ def test_config_licence_missing_and_dataset(tmp_path):
     card = write(tmp_path, "DATASET.md", "---\nlicense: other\n---\n")
     dataset = check(str(tmp_path), None, card, [])["dataset"]
     assert dataset["licence"] == "other" and dataset["status"] == "restricted"
+
+
+def test_dataset_card_is_read_not_the_files_beside_it(tmp_path):
+    write(tmp_path, "README.md", "---\nlicense: mit\n---\n# the team's project\n")
+    card = write(tmp_path, "dataset_card.md", "---\nlicense: cc-by-nc-4.0\n---\n# the dataset\n")
+    dataset = check(None, None, card, [])["dataset"]
+    assert dataset == {"licence": "cc-by-nc-4.0", "source": "dataset_card.md", "status": "restricted"}
+    unlabelled = write(tmp_path, "other_card.md", "# a dataset card without a licence\n")
+    assert check(None, None, unlabelled, [])["dataset"]["status"] == "missing"  # not the README's mit

@@ -91,3 +91,38 @@ def build():
     assert errors and "sequence too long" in errors[0]["message"] and errors[0]["traceback"]
     verdict = next(v for v in report["sections"]["verdict"] if v["condition"] == "error_rate_max")
     assert verdict["measured"] == 1.0 and verdict["verdict"] == "no-go"
+
+
+def test_gate_not_measured_is_not_a_go_for_the_exit_status(tmp_path):
+    broken = write(tmp_path, "broken.py", "def build():\n    raise RuntimeError('weights are corrupt')\n")
+    path = write(tmp_path, "w.toml", _workload("x", "logits_max_abs_error = 0.01\nerror_rate_max = 0")
+                 .replace(f"{FACTORY}:x", f"{broken}:build"))
+    status, report = run(path, str(tmp_path / "r"))
+    assert {v["verdict"] for v in report["sections"]["verdict"]} == {"not measured"}
+    assert status == 3  # was 0, the status of "every stop condition go"
+
+
+def test_nan_on_the_device_is_the_worst_error_not_dropped():
+    import math
+
+    import torch
+
+    from neuron_migrate import quality, training
+    from neuron_migrate.compare import compare
+    fine = {"label": "b1xL4", "logits": torch.zeros(1, 4, 8), "tokens": torch.zeros(1, 2, dtype=torch.long)}
+    nan = {"label": "b2xL4", "logits": torch.full((2, 4, 8), float("nan")),
+           "tokens": torch.zeros(2, 2, dtype=torch.long)}
+    compared = quality.compare([fine, nan], [fine, dict(nan, logits=torch.zeros(2, 4, 8))])
+    assert math.isnan(compared["logits_max_abs_error"])  # Python's max() gave 0.0: a "go"
+    from neuron_migrate.verdict import decide
+    from neuron_migrate.workload import Gates
+    assert decide(Gates(logits_max_abs_error=0.05), {"sections": {"quality": compared}})[0]["verdict"] == "no-go"
+    target = {"loss": [2.0, 1.5, float("nan")], "grad_norm": [1.0, 1.0, float("nan")], "step_seconds": [0.1] * 3}
+    baseline = {"loss": [2.0, 1.5, 1.2], "grad_norm": [1.0, 1.0, 1.0], "step_seconds": [0.1] * 3}
+    summary = training.summary(target, baseline, {"loss": [float("nan")]}, 2, None)
+    assert math.isnan(summary["loss_max_abs_diff"]) and math.isnan(summary["grad_norm_max_rel_diff"])
+    assert math.isnan(summary["restart"]["max_abs_diff"])
+    before = {"conditions": {}, "sections": {"quality": {"logits_max_abs_error": 0.01}}}
+    after = {"conditions": {}, "sections": {"quality": {"logits_max_abs_error": float("nan")}}}
+    assert compare(before, after)["regressions"] == ["logits max abs error"]
+    assert compare(after, after)["regressions"] == [] and compare(after, before)["regressions"] == []

@@ -172,3 +172,22 @@ def test_compare_with_itself_and_with_other_conditions(demo, tmp_path, capsys):
     (tmp_path / "other" / "report.json").write_text(json.dumps(other))
     assert main(["compare", folder, str(tmp_path / "other")]) == 2
     assert "seed: 0 -> 1" in capsys.readouterr().out
+
+
+def test_requests_of_the_same_shape_keep_their_own_labels_and_inputs(tmp_path):
+    from neuron_migrate import loading
+    from neuron_migrate.workload import load
+    # the demo tokenizer makes 7 ids of this text (<s> + 6), the same length as the random prompt
+    path = write(tmp_path, "w.toml", f"""
+[workload]
+name = "labels"
+[model]
+path = "{DEMO_MODEL}"
+[inputs]
+prompts = ["To read a file, use"]
+prompt_lengths = [7]
+""")
+    workload = load(path)
+    requests = loading.requests(loading.build_cpu_model(workload), workload)
+    assert [r.label for r in requests] == ["b1xL7", "b1xL7#2"]  # was "b1xL7" twice: inputs.json kept one
+    assert not torch.equal(requests[0].input_ids, requests[1].input_ids)

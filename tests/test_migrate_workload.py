@@ -44,6 +44,35 @@ def test_bad_field_is_named_with_expected_form(tmp_path, text, field, expected):
     assert field in str(error.value) and expected in str(error.value)
 
 
+@pytest.mark.parametrize("text, message", [
+    (GOOD.replace("[gates]", "batch_sizes = []\n[gates]"),
+     "inputs.batch_sizes: expected a non-empty list of positive integers, got []"),
+    (GOOD.replace("[gates]", "max_new_tokens = 0\n[gates]"),
+     "inputs.max_new_tokens: expected a positive integer, got 0"),
+    (GOOD.replace("[gates]", "vocab_limit = 0\n[gates]"), "inputs.vocab_limit: expected a positive integer, got 0"),
+    (GOOD + "[serve]\nrequests = 0\n", "serve.requests: expected a positive integer, got 0"),
+    (GOOD + "[serve]\ntimeout_s = -1\n", "serve.timeout_s: expected a positive number, got -1.0"),
+    (GOOD + "[train]\nbatch_size = 0\n", "train.batch_size: expected a positive integer, got 0"),
+    (GOOD + "[train]\nseq_len = 1\n", "train.seq_len: expected at least 2 tokens"),
+    (GOOD + "[train]\nlr = 0\n", "train.lr: expected a positive number, got 0.0"),
+    (GOOD + "[fit]\ntp = [0]\n", "fit.tp: expected a non-empty list of positive integers, got [0]"),
+    (GOOD + "[fit]\nplatforms = ['trn9']\n", "fit.platforms: unknown platform 'trn9'"),
+    (GOOD + "[fit]\nplatforms = ['trn1']\nlnc = [2]\n", "fit.lnc: no platform offers LNC 2 (trn1 offers 1)"),
+    (GOOD + "[fit]\nheadroom = 1.5\n", "fit.headroom: expected a fraction of the HBM kept free"),
+    (GOOD + "[cost]\nprice_per_hour = { neuron = -1.0 }\n",
+     "cost.price_per_hour.neuron: expected a price of zero or more"),
+    (GOOD + "[cost]\ntraining_run_steps = 0\n", "cost.training_run_steps: expected a positive integer, got 0"),
+    (GOOD.replace('name = "w"', 'name = "w"\nscript = ["a.py", 1]'), "workload.script[]: expected a string, got 1"),
+    (GOOD.replace('path = "m"', 'path = "m"\nfactory = "f.py:build"'),
+     "model.factory: expected model.path or model.factory, not both"),
+])
+def test_out_of_range_values_are_refused_when_the_file_is_read(tmp_path, text, message):
+    # before: these loaded, then failed inside a section (ZeroDivisionError, TypeError) or gave nonsense
+    with pytest.raises(WorkloadError) as error:
+        load(write(tmp_path, "w.toml", text))
+    assert str(error.value).startswith(message)
+
+
 def test_not_toml_and_missing_file(tmp_path):
     with pytest.raises(WorkloadError, match="not valid TOML"):
         load(write(tmp_path, "w.toml", "[workload\nname="))
@@ -63,3 +92,13 @@ def test_unavailable_device_exits_2(tmp_path, capsys):
         pytest.skip("this machine has CUDA: the unavailable-device path cannot be shown with it")
     assert main(["run", path, "--baseline", "cuda", "--out", str(tmp_path / "r"), "--no-progress"]) == 2
     assert "device 'cuda' is not available" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("device, message", [
+    ("gpu", "device 'gpu' is not a device name (expected neuron, cuda or cpu, optionally with :index)"),
+    ("neuron:99", "device 'neuron:99' is not available:"),
+])
+def test_unknown_device_or_core_exits_2(tmp_path, capsys, device, message):
+    path = write(tmp_path, "w.toml", GOOD)
+    assert main(["run", path, "--on", device, "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+    assert message in " ".join(capsys.readouterr().out.split())

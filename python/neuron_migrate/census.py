@@ -10,6 +10,7 @@ import collections
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
 
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
@@ -35,11 +36,14 @@ class OpCensus(TorchDispatchMode):
         self.check_64bit = check_64bit
         self.float64_rtol = float64_rtol
         self.wide_values = []  # 64-bit values 32-bit computation would change
+        self._checked = WeakIdKeyDictionary()  # 64-bit tensors whose values were checked
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
         name = func.name()
+        if self.check_64bit:  # before the op runs: an in-place op changes its input
+            self._check_wide(name, tree_flatten((args, kwargs))[0], "input")
+        out = func(*args, **kwargs)
         entry = self.ops.get(name)
         if entry is None:
             entry = self.ops[name] = {"count": 0, "signatures": {}, "distinct_signatures": 0}
@@ -56,7 +60,7 @@ class OpCensus(TorchDispatchMode):
         if name.split(".")[0] in _COPY_OPS:
             self._count_copy(args, kwargs, out)
         if self.check_64bit:
-            self._check_wide(name, out)
+            self._check_wide(name, tree_flatten(out)[0], "output")
         return out
 
     def _count_copy(self, args, kwargs, out):
@@ -68,16 +72,22 @@ class OpCensus(TorchDispatchMode):
             self.copies[key] += target.numel() * target.element_size()
             self.copy_counts[key] += 1
 
-    def _check_wide(self, name, out):
+    def _check_wide(self, name, tensors, where):
+        """Values of the op's 64-bit inputs (each tensor once: parameters, buffers and inputs made
+        before the census are seen first here) or outputs that 32-bit computation would change."""
         found = sum(1 for w in self.wide_values if w["op"] == name)
-        for tensor in tree_flatten(out)[0]:
-            if found >= MAX_FINDINGS_PER_OP or not isinstance(tensor, torch.Tensor) or tensor.numel() == 0:
+        for tensor in tensors:
+            if found >= MAX_FINDINGS_PER_OP or not isinstance(tensor, torch.Tensor) or tensor.numel() == 0 \
+                    or tensor.dtype not in (torch.int64, torch.float64):
                 continue
+            if where == "input" and tensor in self._checked:  # its values were seen already
+                continue
+            self._checked[tensor] = True
             if tensor.dtype == torch.int64:
                 low, high = (v.item() for v in torch.aminmax(tensor))
                 if high > INT32_MAX or low < INT32_MIN:
                     sample = high if high > INT32_MAX else low
-                    self.wide_values.append({"op": name, "dtype": "int64", "shape": list(tensor.shape),
+                    self.wide_values.append({"op": name, "where": where, "dtype": "int64", "shape": list(tensor.shape),
                                              "sample_value": sample, "problem": "beyond the int32 range"})
                     found += 1
             elif tensor.dtype == torch.float64:
@@ -88,7 +98,8 @@ class OpCensus(TorchDispatchMode):
                 if bool(bad.any()):
                     index = int(bad.flatten().nonzero()[0])
                     value = tensor.flatten()[index].item()
-                    self.wide_values.append({"op": name, "dtype": "float64", "shape": list(tensor.shape),
+                    self.wide_values.append({"op": name, "where": where, "dtype": "float64",
+                                             "shape": list(tensor.shape),
                                              "sample_value": value, "as_float32": float(torch.tensor(value).float()),
                                              "problem": f"changes by more than rtol={self.float64_rtol} in float32"})
                     found += 1

@@ -1,13 +1,15 @@
 """The `neuron-migrate` command: run, fit, compare, report.
 
-Exit status: 0 done (every stop condition go, or none set), 3 a stop condition is no-go,
-2 bad input (workload file, arguments, runs that may not be compared), 130 interrupted."""
+Exit status: 0 done (every stop condition go, or none set), 3 a stop condition is not a go
+(no-go, or it could not be measured), 2 bad input (workload file, arguments, runs that may not
+be compared), 130 interrupted."""
 import argparse
 import json
 import os
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 
 def _int_list(text):
@@ -64,7 +66,11 @@ def main(argv=None):
         return compare_command(args.a, args.b, console, as_json=args.json)
     if args.command == "report":
         from .report import render_folder
-        paths = render_folder(args.folder)
+        try:
+            paths = render_folder(args.folder)
+        except (OSError, ValueError) as error:
+            console.print(f"[red]report: {escape(str(error))}")
+            return 2
         console.print("wrote " + ", ".join(paths))
         return 0
     from .runner import run_command
@@ -72,20 +78,29 @@ def main(argv=None):
                        progress=not args.no_progress, console=console)
 
 
+_OPTIONS = {"platforms": "--platform", "lnc": "--lnc", "tp": "--tp", "batch_per_core": "--batch",
+            "max_seq_len": "--max-seq-len", "headroom": "--headroom"}
+
+
 def _fit(args, console):
     from transformers.utils import logging as transformers_logging
     transformers_logging.set_verbosity_error()  # kernel-availability notes are noise here
-    from .fit import fit
+    from .fit import argument_problems, fit
     from .report.terminal import fit_table
     if not os.path.exists(args.model):
         console.print(f"[red]fit: {args.model!r} not found (expected a model folder or its config.json)")
         return 2
+    platforms = args.platform or ["trn1", "trn2", "trn3"]
+    problems = argument_problems(platforms, args.lnc, args.tp, args.batch, args.max_seq_len, args.headroom)
+    for name, message in problems:
+        console.print(f"[red]fit: {_OPTIONS[name]}: {escape(message)}")
+    if problems:
+        return 2
     try:
-        result = fit(args.model, dtype=args.dtype, platforms=args.platform or ["trn1", "trn2", "trn3"],
-                     lnc=args.lnc, tp=args.tp, batch_per_core=args.batch, max_seq_len=args.max_seq_len,
-                     headroom=args.headroom)
+        result = fit(args.model, dtype=args.dtype, platforms=platforms, lnc=args.lnc, tp=args.tp,
+                     batch_per_core=args.batch, max_seq_len=args.max_seq_len, headroom=args.headroom)
     except ValueError as error:
-        console.print(f"[red]fit: {error}")
+        console.print(f"[red]fit: {escape(str(error))}")
         return 2
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")

@@ -2,7 +2,9 @@
 devices, model files) and which measurements got worse. Runs whose conditions differ
 (model, precision, inputs, shapes, training or compile settings) are not compared."""
 import json
+import math
 
+from rich.markup import escape
 from rich.table import Table
 
 from .report.store import load
@@ -55,6 +57,10 @@ def _metrics(report):
     return found
 
 
+def _is_nan(value):
+    return isinstance(value, float) and math.isnan(value)
+
+
 def _diff_dicts(a, b):
     keys = sorted(set(a) | set(b))
     return [(k, a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)]
@@ -69,6 +75,13 @@ def _diff_conditions(a, b, prefix=""):
     return [] if a == b else [(prefix, a, b)]
 
 
+def _prices(report):
+    cost = report["sections"].get("cost") or {}
+    prices = {f"price_per_hour ({role})": entry.get("price_per_hour")
+              for role, entry in (cost.get("running") or {}).items()}
+    return {"currency": cost.get("currency"), **prices} if cost else {}
+
+
 def compare(a, b):
     """{refused, condition_changes} when the conditions differ; else the changes and metrics."""
     conditions = _diff_conditions(a.get("conditions"), b.get("conditions"))
@@ -78,18 +91,24 @@ def compare(a, b):
     if conditions or model_changes:
         return {"refused": True, "condition_changes": conditions, "model_file_changes": model_changes}
     metrics_a, metrics_b = _metrics(a), _metrics(b)
+    prices = _diff_dicts(_prices(a), _prices(b))  # the team's prices: not a measurement
     rows = []
     for name, (value_a, direction, slack) in metrics_a.items():
         value_b = metrics_b.get(name, (None,))[0]
         if value_a is None and value_b is None:
             continue
         regression = False
-        if value_a is not None and value_b is not None:
+        if _is_nan(value_a) or _is_nan(value_b):  # every comparison with NaN is False
+            regression = _is_nan(value_b) and not _is_nan(value_a)
+        elif value_a is not None and value_b is not None:
             margin = abs(value_a) * slack
             regression = value_b > value_a + margin if direction == "lower" else value_b < value_a - margin
         elif value_a is not None:
             regression = True  # measured before, not any more
-        rows.append({"metric": name, "a": value_a, "b": value_b, "better": direction, "regression": regression})
+        row = {"metric": name, "a": value_a, "b": value_b, "better": direction, "regression": regression}
+        if name.startswith("cost") and prices:  # a new price table, not a slower run (tokens/s says that)
+            row.update(regression=False, note="prices changed")
+        rows.append(row)
     fallback_a = set(_get(a["sections"], ("census", "fallback_ops")) or [])
     fallback_b = set(_get(b["sections"], ("census", "fallback_ops")) or [])
     return {"refused": False, "conditions_digest": a.get("conditions_digest"),
@@ -99,6 +118,7 @@ def compare(a, b):
                                        _get(b["sections"], ("lock", "environment")) or {}),
             "devices": _diff_dicts({"target": a.get("target"), "baseline": a.get("baseline")},
                                    {"target": b.get("target"), "baseline": b.get("baseline")}),
+            "prices": prices,
             "new_fallback_ops": sorted(fallback_b - fallback_a), "gone_fallback_ops": sorted(fallback_a - fallback_b),
             "metrics": rows, "regressions": [r["metric"] for r in rows if r["regression"]]}
 
@@ -108,7 +128,7 @@ def compare_command(path_a, path_b, console, as_json=False):
     try:
         a, b = load(path_a), load(path_b)
     except (OSError, ValueError) as error:
-        console.print(f"[red]compare: {error}")
+        console.print(f"[red]compare: {escape(str(error))}")
         return 2
     result = compare(a, b)
     if as_json:
@@ -122,7 +142,7 @@ def compare_command(path_a, path_b, console, as_json=False):
             console.print(f"  model file {name}: {x} -> {y}")
     else:
         for title, changes in (("versions", result["versions"]), ("environment", result["environment"]),
-                               ("devices", result["devices"])):
+                               ("devices", result["devices"]), ("prices", result["prices"])):
             for key, x, y in changes:
                 console.print(f"{title}: {key}: {x} -> {y}")
         for op in result["new_fallback_ops"]:
@@ -132,7 +152,7 @@ def compare_command(path_a, path_b, console, as_json=False):
             table.add_column(column)
         for row in result["metrics"]:
             table.add_row(row["metric"], _fmt(row["a"]), _fmt(row["b"]), row["better"],
-                          "[red]REGRESSION" if row["regression"] else "")
+                          "[red]REGRESSION" if row["regression"] else row.get("note", ""))
         console.print(table)
         console.print(f"{len(result['regressions'])} regression(s)")
     if result["refused"]:

@@ -3,8 +3,11 @@ distribution, static shapes (dynamic=False, as TorchNeuron requires): graphs com
 recompile with Dynamo's reason, warm-up time cold and after a reset (disk cache warm), the
 compile cache's disk use, and padding-bucket plans that would cut the count.
 
-Public Dynamo surfaces only: the backend registry (lookup), the `recompiles` log artifact,
-torch._dynamo.utils.counters, torch._dynamo.reset(); torch_neuronx.get_dynamo_metrics()."""
+Public surfaces where torch has them: torch.compile, torch.compiler.reset(),
+torch._logging.set_logs(recompiles=True) (the documented switch), torch_neuronx.get_dynamo_metrics().
+Dynamo internals with no public equivalent, read only: the backend registry's lookup_backend (to
+wrap the named backend and count its graphs), torch._dynamo.utils.counters (graph breaks) and
+torch._dynamo.config.recompile_limit."""
 import logging
 import os
 import time
@@ -89,7 +92,7 @@ def measure(loaded, device, requests, backend_name, training=False):
     torch._logging.set_logs(recompiles=True)
     logger.addHandler(handler)
     logger.propagate = False
-    torch._dynamo.reset()
+    torch.compiler.reset()
     counters.clear()
     cache_before = disk_usage(cache_dir())
     metrics_before = len(devices.dynamo_metrics(device))  # records of earlier compiles in this process
@@ -99,10 +102,10 @@ def measure(loaded, device, requests, backend_name, training=False):
         loaded.model.forward = torch.compile(original_forward, backend=counting_backend, dynamic=False)
         for name in ("cold", "warm", "steady"):
             if name == "warm":
-                torch._dynamo.reset()  # in-memory caches dropped; a disk cache stays
+                torch.compiler.reset()  # in-memory caches dropped; a disk cache stays
             current["pass"] = name
             per_request = {}
-            for request in {r.label: r for r in requests}.values():
+            for request in {r.shape: r for r in requests}.values():  # a graph per shape
                 stopping.check()
                 current["label"] = request.label
                 start = time.perf_counter()

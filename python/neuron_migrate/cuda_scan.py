@@ -1,6 +1,8 @@
 """Will it run? CUDA-only code in the user's scripts, found by reading their syntax tree
 (nothing is executed): each finding has the file, line, the code and the suggested change."""
 import ast
+import re
+import tokenize
 
 CUDA_COMPILE_MODES = {"max-autotune", "reduce-overhead", "max-autotune-no-cudagraphs"}
 CUDA_ONLY_BACKENDS = {"inductor", "cudagraphs", "tensorrt", "torch_tensorrt"}
@@ -63,9 +65,10 @@ class _Scanner(ast.NodeVisitor):
         self.cuda_names = set()  # names bound to torch.cuda
         self.seen_strings = set()
 
-    def add(self, node, kind, message, suggestion):
-        line = getattr(node, "lineno", 0)
-        self.findings.append({"file": self.path, "line": line, "column": getattr(node, "col_offset", 0) + 1,
+    def add(self, node, kind, message, suggestion, at=None):
+        """`at`: (line, 0-based column) where the finding is, when not where `node` starts."""
+        line, column = at or (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+        self.findings.append({"file": self.path, "line": line, "column": column + 1,
                               "code": self.lines[line - 1].strip() if 0 < line <= len(self.lines) else "",
                               "kind": kind, "message": message, "suggestion": suggestion})
 
@@ -123,7 +126,8 @@ class _Scanner(ast.NodeVisitor):
         name = _dotted(function) or ""
         if isinstance(function, ast.Attribute) and function.attr == "cuda" and self._cuda_attribute(function) is None:
             self.add(node, ".cuda()", "moves a tensor or module with .cuda()",
-                     "replace .cuda() with .to(device), device = torch.device('neuron')")
+                     "replace .cuda() with .to(device), device = torch.device('neuron')",
+                     at=(function.end_lineno, function.end_col_offset - len("cuda")))  # not where the chain starts
         if name.endswith("compile") and name.split(".")[0] in self.torch_names | {"compile"}:
             self._check_compile(node)
         if name.endswith("init_process_group"):
@@ -160,7 +164,7 @@ class _Scanner(ast.NodeVisitor):
 
 def scan_source(source, path="<string>"):
     """Findings for one script's text; a syntax error is itself a finding."""
-    lines = source.splitlines()
+    lines = re.split(r"\r\n|\r|\n", source)  # Python's line breaks only (splitlines also breaks at \f, \x1c, ...)
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as error:
@@ -172,12 +176,16 @@ def scan_source(source, path="<string>"):
 
 
 def scan_files(paths):
+    """Findings for every script; one that cannot be read or decoded is an "unreadable" finding."""
     findings = []
     for path in paths:
         try:
-            with open(path, encoding="utf-8") as handle:
-                findings.extend(scan_source(handle.read(), path))
-        except OSError as error:
+            with tokenize.open(path) as handle:  # the encoding Python would use (PEP 263 cookie, BOM, UTF-8)
+                source = handle.read()
+        except (OSError, SyntaxError, UnicodeDecodeError) as error:
+            why = error.strerror if isinstance(error, OSError) else f"not valid Python source text ({error})"
             findings.append({"file": path, "line": 0, "column": 0, "code": "", "kind": "unreadable",
-                             "message": f"cannot read: {error.strerror}", "suggestion": "check workload.script"})
+                             "message": f"cannot read: {why}", "suggestion": "check workload.script"})
+            continue
+        findings.extend(scan_source(source, path))
     return findings

@@ -13,14 +13,21 @@ class DeviceUnavailable(RuntimeError):
 
 def check(device):
     """Raises DeviceUnavailable unless `device` ("neuron", "cuda", "cpu", "neuron:1") can be used."""
-    kind = torch.device(device).type
-    if kind == "cpu":
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise DeviceUnavailable(f"device {device!r} is not a device name (expected neuron, cuda or cpu, "
+                                "optionally with :index)") from None
+    if parsed.type == "cpu":
         return
-    if kind == "neuron":
+    if parsed.type == "neuron":
         neuronx()
-    module = getattr(torch, kind, None)
+    module = getattr(torch, parsed.type, None)
     if module is None or not module.is_available():
         raise DeviceUnavailable(f"device {device!r} is not available on this machine")
+    if parsed.index is not None and parsed.index >= module.device_count():
+        raise DeviceUnavailable(f"device {device!r} is not available: {module.device_count()} {parsed.type} "
+                                f"core(s) visible (0..{module.device_count() - 1})")
 
 
 def neuronx():
@@ -49,6 +56,22 @@ def synchronize(device):
     kind = torch.device(device).type
     if kind != "cpu":
         getattr(torch, kind).synchronize()
+
+
+def rng_state(device):
+    """The random generators a training step on `device` draws from (dropout): the CPU's and
+    the device's, for a checkpoint."""
+    kind = torch.device(device).type
+    state = {"cpu": torch.get_rng_state()}
+    if kind != "cpu":
+        state["device"] = getattr(torch, kind).get_rng_state(device)
+    return state
+
+
+def set_rng_state(device, state):
+    torch.set_rng_state(state["cpu"].cpu())  # a checkpoint may have been loaded onto the device
+    if "device" in state:
+        getattr(torch, torch.device(device).type).set_rng_state(state["device"].cpu(), device)
 
 
 def _memory_module(device):

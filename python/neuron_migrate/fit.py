@@ -25,8 +25,8 @@ def load_config(model):
 
 
 def _is_causal_lm(config):
-    from transformers import AutoModelForCausalLM
-    return type(config) in AutoModelForCausalLM._model_mapping
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING
+    return type(config) in MODEL_FOR_CAUSAL_LM_MAPPING
 
 
 def build_on_meta(config, dtype):
@@ -129,10 +129,36 @@ def per_core_bytes(params, cache_total, config, tp):
             "cache": int(cache_total * cache_share)}
 
 
+def argument_problems(platforms, lnc, tp, batch_per_core, max_seq_len, headroom):
+    """[(argument, what is wrong)] for fit's arguments; checked before any model is built."""
+    known = hw.platforms()
+    problems = []
+    for platform in platforms:
+        if platform not in known:
+            problems.append(("platforms", f"unknown platform {platform!r} (known: {', '.join(known)})"))
+    offered = {p: known[p]["lnc"] for p in platforms if p in known}
+    if offered and lnc and not any(set(lnc) & set(values) for values in offered.values()):
+        problems.append(("lnc", f"no platform offers LNC {', '.join(map(str, lnc))} ("
+                                + "; ".join(f"{p} offers {', '.join(map(str, v))}" for p, v in offered.items()) + ")"))
+    for name, values in (("lnc", lnc), ("tp", tp)):
+        if not values or any(v < 1 for v in values):
+            problems.append((name, f"expected a non-empty list of positive integers, got {list(values)}"))
+    for name, value in (("batch_per_core", batch_per_core), ("max_seq_len", max_seq_len)):
+        if value < 1:
+            problems.append((name, f"expected a positive integer, got {value}"))
+    if not 0 <= headroom < 1:
+        problems.append(("headroom", f"expected a fraction of the HBM kept free, 0 <= headroom < 1, got {headroom}"))
+    return problems
+
+
 def fit(model, dtype="bfloat16", platforms=("trn1", "trn2", "trn3"), lnc=(1, 2), tp=(1, 2, 4, 8),
         batch_per_core=1, max_seq_len=4096, headroom=0.1):
     """The fit table for `model` (folder, config.json or config): one row per platform, LNC and
-    TP degree, and the smallest fitting TP degree per platform and LNC."""
+    TP degree, and the smallest fitting TP degree per platform and LNC. Bad arguments raise
+    ValueError naming them."""
+    problems = argument_problems(platforms, lnc, tp, batch_per_core, max_seq_len, headroom)
+    if problems:
+        raise ValueError("; ".join(f"{name}: {message}" for name, message in problems))
     config = load_config(model)
     torch_dtype = DTYPES[dtype]
     meta_model = build_on_meta(config, torch_dtype)
@@ -140,13 +166,12 @@ def fit(model, dtype="bfloat16", platforms=("trn1", "trn2", "trn3"), lnc=(1, 2),
     cache = cache_model(meta_model, config)
     cache_total = cache_bytes(cache, max_seq_len, batch_per_core)
     heads = config.num_attention_heads
-    rows, smallest = [], {}
+    rows, smallest, not_offered = [], {}, []
     for platform in platforms:
-        if platform not in hw.platforms():
-            raise ValueError(f"unknown platform {platform!r} (known: {', '.join(hw.platforms())})")
         spec = hw.platforms()[platform]
         for logical in lnc:
             if logical not in spec["lnc"]:
+                not_offered.append(f"{platform} has no LNC={logical}")
                 continue
             budget = hw.hbm_bytes_per_core(platform, logical)
             usable = int(budget * (1 - headroom))
@@ -166,7 +191,7 @@ def fit(model, dtype="bfloat16", platforms=("trn1", "trn2", "trn3"), lnc=(1, 2),
                              "parameter_bytes_per_core": share["parameters"],
                              "cache_bytes_per_core": share["cache"], "total_bytes_per_core": need,
                              "headroom": 1 - need / budget, "fits": fits, "problems": problems})
-                if fits and key not in smallest:
+                if fits and (key not in smallest or degree < smallest[key]["tp"]):  # in any listed order
                     smallest[key] = {"tp": degree, "among": "the listed degrees"}
             if key not in smallest:
                 smallest[key] = {"tp": _smallest_power_of_two(params, cache_total, config, usable, max_cores),
@@ -179,7 +204,7 @@ def fit(model, dtype="bfloat16", platforms=("trn1", "trn2", "trn3"), lnc=(1, 2),
             "cache_bytes_per_core_at_tp1": cache_total, "cache_method": cache["method"],
             "attention_heads": heads,
             "kv_heads": getattr(config, "num_key_value_heads", None) or heads,
-            "rows": rows, "smallest_fitting_tp": smallest}
+            "rows": rows, "smallest_fitting_tp": smallest, "not_offered": not_offered}
 
 
 def _smallest_power_of_two(params, cache_total, config, usable, max_cores):

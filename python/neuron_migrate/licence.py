@@ -80,13 +80,12 @@ def check(model_folder, config, dataset, allowed):
     model = {"licence": found, "source": where, "status": classify(found, allowed)}
     data = None
     if dataset:
-        if os.path.exists(dataset):
-            folder = dataset if os.path.isdir(dataset) else os.path.dirname(dataset)
-            licence_id, source = find_model_licence(folder)
-            if licence_id is None and os.path.isfile(dataset):
-                with open(dataset, encoding="utf-8", errors="replace") as handle:
-                    text = handle.read()
-                licence_id, source = _front_matter_licence(text) or _licence_from_text(text), os.path.basename(dataset)
+        if os.path.isdir(dataset):
+            licence_id, source = find_model_licence(dataset)
+        elif os.path.isfile(dataset):  # the card named, never a README or LICENSE beside it
+            with open(dataset, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+            licence_id, source = _front_matter_licence(text) or _licence_from_text(text), os.path.basename(dataset)
         else:
             licence_id, source = dataset.lower(), "workload file (licence.dataset)"
         data = {"licence": licence_id, "source": source, "status": classify(licence_id, allowed)}

@@ -72,7 +72,8 @@ def vocab_size(loaded, workload):
 
 def requests(loaded, workload):
     """The workload's shape distribution as requests: every text prompt and every random
-    prompt length, at every batch size (random rows drawn with the workload's seed)."""
+    prompt length, at every batch size (random rows drawn with the workload's seed). Labels
+    name the shape and are unique ("b1xL7", then "b1xL7#2" for another request of that shape)."""
     generator = torch.Generator().manual_seed(workload.seed)
     prompts = []
     for text in workload.inputs.prompts:
@@ -90,6 +91,11 @@ def requests(loaded, workload):
         for length in workload.inputs.prompt_lengths:
             rows = torch.randint(low, high, (batch, length), generator=generator)
             result.append(Request(rows, f"b{batch}xL{length}"))
+    seen = {}
+    for request in result:  # labels key the saved inputs and the per-request results
+        seen[request.label] = seen.get(request.label, 0) + 1
+        if seen[request.label] > 1:
+            request.label += f"#{seen[request.label]}"
     return result
 
 

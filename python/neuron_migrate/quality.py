@@ -1,11 +1,21 @@
 """Is the output still right? The evaluated device against the baseline on the same inputs:
 logits error of one forward pass and greedy-token agreement per request."""
+import math
 import traceback
 
 import torch
 
 from . import stopping
 from .loading import forward_logits, generate
+
+
+def worst(values):
+    """The largest value, NaN when any is NaN (Python's max() keeps a NaN only when it comes
+    first, and a NaN output is the worst error there is); None when there are none."""
+    values = list(values)
+    if not values:
+        return None
+    return math.nan if any(math.isnan(v) for v in values) else max(values)
 
 
 def outputs(loaded, device, requests, max_new_tokens):
@@ -44,6 +54,6 @@ def compare(target, baseline):
                      "first_divergence": first})
     total_tokens = sum(r["tokens"] for r in rows)
     return {"requests": rows, "errors": errors,
-            "logits_max_abs_error": max((r["logits_max_abs_error"] for r in rows), default=None),
+            "logits_max_abs_error": worst(r["logits_max_abs_error"] for r in rows),
             "greedy_agreement": (sum(r["greedy_agreement"] * r["tokens"] for r in rows) / total_tokens
                                  if total_tokens else None)}

@@ -99,6 +99,8 @@ class _Run:
         for role, device, model in (("baseline", self.baseline, self.baseline_model),
                                     ("target", self.target, self.target_model)):
             mode = census.OpCensus(check_64bit=(role == "baseline"))
+            if self.workload.task == "train":  # copied before the census, as a generation model is
+                model = training.fresh(self.cpu_model, device)
             if role == "target":
                 tracking.clear()
             with mode:
@@ -106,7 +108,8 @@ class _Run:
                     results[role] = quality.outputs(model, device, self.requests, self.workload.inputs.max_new_tokens)
                 else:
                     batches = loading.training_batches(self.cpu_model, self.workload)[:2]
-                    results[role] = training.run(self.cpu_model, device, batches, self.workload.train.lr)
+                    results[role] = training.run(self.cpu_model, device, batches, self.workload.train.lr,
+                                                 self.workload.seed, loaded=model)
             results[role + "_census"] = mode.summary()
         fallback = tracking.fallback_ops()
         target_census = results["target_census"]
@@ -169,15 +172,25 @@ class _Run:
         t = self.workload.train
         batches = loading.training_batches(self.cpu_model, self.workload)
         self.sampler.phase = "training (target)"
-        target = training.run(self.cpu_model, self.target, batches, t.lr)
+        target = training.run(self.cpu_model, self.target, batches, t.lr, self.workload.seed)
         self.sampler.phase = "training (baseline)"
-        baseline = training.run(self.cpu_model, self.baseline, batches, t.lr)
-        self.sampler.phase = "training restart (target)"
-        restart = training.kill_and_resume(self.workload, self.target)
+        baseline = training.run(self.cpu_model, self.baseline, batches, t.lr, self.workload.seed)
         for role, record in (("target", target), ("baseline", baseline)):
             if record.get("error"):
                 self.store.finding("training", f"{role} training raised: {record['error']}", severity="error",
                                    traceback=record["traceback"])
+        restart = None
+        if target.get("error"):
+            self.store.finding("training", "restart check skipped: the target's training raised")
+        else:
+            self.sampler.phase = "training restart (target)"
+            try:
+                restart = training.kill_and_resume(self.workload, self.target)
+            except stopping.StopRequested:
+                raise
+            except Exception as error:  # a finding; the loss curves measured above are kept
+                self.store.finding("training", f"restart check failed: {type(error).__name__}: {error}",
+                                   severity="error", traceback=True)
         result = training.summary(target, baseline, restart, t.checkpoint_at, t.loss_target)
         baseline_seconds = baseline["step_seconds"][1:]
         if baseline_seconds:
@@ -270,7 +283,8 @@ def run_command(workload_path, target, baseline, out, progress, console):
     console.print(f"report: {', '.join(paths)}")
     if status == "interrupted":
         return 130
-    return 3 if any(v["verdict"] == "no-go" for v in store.data["sections"].get("verdict", [])) else 0
+    # "not measured" is never a go: a gate the run could not measure fails it like a no-go
+    return 3 if any(v["verdict"] != "go" for v in store.data["sections"].get("verdict", [])) else 0
 
 
 def _finish(store, run, workload, target, baseline, cpu_start, status):

@@ -14,6 +14,7 @@ import torch
 
 from . import stopping
 from .loading import LoadedModel, causal_lm_loss
+from .quality import worst
 
 
 def new_record():
@@ -42,12 +43,15 @@ def steps(loaded, optimizer, batches, device, record):
         record["step_seconds"].append(time.perf_counter() - start)
 
 
-def run(loaded_cpu, device, batches, lr):
-    """The uninterrupted run: {loss, grad_norm, step_seconds} per step (or an error)."""
+def run(loaded_cpu, device, batches, lr, seed, loaded=None):
+    """The uninterrupted run: {loss, grad_norm, step_seconds} per step (or an error). Random
+    draws (dropout) start from `seed` on every device and in the restart check's processes.
+    `loaded`: the model already copied to `device` (default: a fresh copy of the CPU model)."""
     record = new_record()
     try:
-        loaded = fresh(loaded_cpu, device)
+        loaded = loaded or fresh(loaded_cpu, device)
         optimizer = torch.optim.AdamW(loaded.model.parameters(), lr=lr)
+        torch.manual_seed(seed)  # the CPU's and every device's generator
         steps(loaded, optimizer, batches, device, record)
     except stopping.StopRequested:
         raise
@@ -67,19 +71,19 @@ def kill_and_resume(workload, device, timeout_s=600):
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory(prefix="neuron-migrate-restart-") as folder:
         command = [sys.executable, "-m", "neuron_migrate.resume_worker"]
-        first = subprocess.Popen(command + ["first", workload.path, device, folder], env=env,
+        first = subprocess.Popen(command + ["first", workload.path, device, folder, str(os.getpid())], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         checkpoint = os.path.join(folder, "checkpoint.pt")
         deadline = time.monotonic() + timeout_s
-        while not os.path.exists(checkpoint) and first.poll() is None and time.monotonic() < deadline:
-            stopping.check()
-            time.sleep(0.05)
-        if not os.path.exists(checkpoint):
-            first.kill()
+        try:
+            while not os.path.exists(checkpoint) and first.poll() is None and time.monotonic() < deadline:
+                stopping.check()
+                time.sleep(0.05)
+        finally:  # also when the run stops here: the child trains until killed
+            first.kill()  # SIGKILL: no clean-up in the child
             _, error = first.communicate()
+        if not os.path.exists(checkpoint):
             raise RuntimeError(f"the first training process wrote no checkpoint: {error.decode()[-2000:]}")
-        first.kill()  # SIGKILL: no clean-up in the child
-        first.communicate()
         checkpoint_bytes = os.path.getsize(checkpoint)
         second = subprocess.run(command + ["resume", workload.path, device, folder], env=env,
                                 capture_output=True, text=True, timeout=timeout_s)
@@ -97,15 +101,15 @@ def summary(target, baseline, restart, checkpoint_at, loss_target):
     result = {"target": target, "baseline": baseline}
     if target["loss"] and baseline["loss"]:
         pairs = list(zip(target["loss"], baseline["loss"]))
-        result["loss_max_abs_diff"] = max(abs(a - b) for a, b in pairs)
+        result["loss_max_abs_diff"] = worst(abs(a - b) for a, b in pairs)  # a NaN loss is not hidden
         result["final_loss"] = {"target": target["loss"][-1], "baseline": baseline["loss"][-1]}
         norms = list(zip(target["grad_norm"], baseline["grad_norm"]))
-        result["grad_norm_max_rel_diff"] = max(abs(a - b) / max(abs(b), 1e-12) for a, b in norms)
+        result["grad_norm_max_rel_diff"] = worst(abs(a - b) / max(abs(b), 1e-12) for a, b in norms)
     if restart is not None and target["loss"]:
         after = target["loss"][checkpoint_at:]
         diffs = [abs(a - b) for a, b in zip(restart["loss"], after)]
         result["restart"] = {"checkpoint_at": checkpoint_at, "losses_after_restart": restart["loss"],
-                             "uninterrupted_losses": after, "max_abs_diff": max(diffs) if diffs else None,
+                             "uninterrupted_losses": after, "max_abs_diff": worst(diffs),
                              "checkpoint_bytes": restart.get("checkpoint_bytes"),
                              "killed_with": restart.get("killed_with"),
                              "how": "a training process killed after writing its checkpoint; a new process "

@@ -149,6 +149,16 @@ def _check_type(where, value, expected):
     return value
 
 
+def _check_range(where, value, ok, expected):
+    if value is not None and not ok(value):
+        raise WorkloadError(f"{where}: expected {expected}, got {value!r}")
+
+
+def _positive(where, value):
+    expected = "a positive number" if isinstance(value, float) else "a positive integer"
+    _check_range(where, value, lambda v: v > 0, expected)
+
+
 def _section(data, name, cls, element_types=None):
     """Fills dataclass `cls` from table `name`; unknown keys and wrong types are errors."""
     table = data.get(name, {})
@@ -211,6 +221,8 @@ def load(path):
         raise WorkloadError(f"workload.schema_version: this tool reads version {SCHEMA_VERSION}, got {version}")
     scripts = head.get("script", [])
     scripts = [scripts] if isinstance(scripts, str) else _check_type("workload.script", scripts, list)
+    for script in scripts:
+        _check_type("workload.script[]", script, str)
 
     model = _section(data, "model", Model)
     if "model" not in data or not (model.path or model.factory):
@@ -218,6 +230,8 @@ def load(path):
                             "or model.factory = \"file.py:function\")")
     if model.dtype not in DTYPES:
         raise WorkloadError(f"model.dtype: expected one of {', '.join(DTYPES)}, got {model.dtype!r}")
+    if model.path and model.factory:
+        raise WorkloadError("model.factory: expected model.path or model.factory, not both")
     if model.factory and ":" not in model.factory:
         raise WorkloadError(f"model.factory: expected \"file.py:function\", got {model.factory!r}")
 
@@ -226,21 +240,38 @@ def load(path):
     if not inputs.prompts and not inputs.prompt_lengths:
         raise WorkloadError("inputs.prompts: missing (expected a list of texts, or "
                             "inputs.prompt_lengths = [8, 16, ...] for random-token prompts)")
-    for field in ("prompt_lengths", "batch_sizes"):
-        if any(v <= 0 for v in getattr(inputs, field)) or not inputs.batch_sizes:
-            raise WorkloadError(f"inputs.{field}: expected a non-empty list of positive integers")
+    if any(v <= 0 for v in inputs.prompt_lengths):
+        raise WorkloadError(f"inputs.prompt_lengths: expected positive integers, got {inputs.prompt_lengths}")
+    if not inputs.batch_sizes or any(v <= 0 for v in inputs.batch_sizes):
+        raise WorkloadError(f"inputs.batch_sizes: expected a non-empty list of positive integers, "
+                            f"got {inputs.batch_sizes}")
+    for field in ("max_new_tokens", "max_seq_len", "vocab_limit"):
+        _positive(f"inputs.{field}", getattr(inputs, field))
     serve = _section(data, "serve", Serve, {"concurrency": int})
     if not serve.concurrency or any(c <= 0 for c in serve.concurrency):
         raise WorkloadError("serve.concurrency: expected a non-empty list of positive integers")
+    _positive("serve.requests", serve.requests)
+    _positive("serve.timeout_s", serve.timeout_s)
     train = _section(data, "train", Train)
     if train.checkpoint_at >= train.steps or train.checkpoint_at <= 0:
         raise WorkloadError(f"train.checkpoint_at: expected 0 < checkpoint_at < steps ({train.steps}), "
                             f"got {train.checkpoint_at}")
+    _positive("train.batch_size", train.batch_size)
+    _check_range("train.seq_len", train.seq_len, lambda v: v >= 2, "at least 2 tokens (a next-token loss)")
+    _positive("train.lr", train.lr)
     compile_ = _section(data, "compile", Compile)
     fit = _section(data, "fit", Fit, {"platforms": str, "lnc": int, "tp": int})
+    from .fit import argument_problems
+    for field, message in argument_problems(fit.platforms, fit.lnc, fit.tp, fit.batch_per_core,
+                                            fit.max_seq_len or inputs.max_seq_len, fit.headroom):
+        raise WorkloadError(f"fit.{field}: {message}")
     cost = _section(data, "cost", Cost)
     for device, price in cost.price_per_hour.items():
         _check_type(f"cost.price_per_hour.{device}", price, float)
+        _check_range(f"cost.price_per_hour.{device}", price, lambda v: v >= 0, "a price of zero or more")
+    for field in ("engineering_hours", "engineering_rate_per_hour"):
+        _check_range(f"cost.{field}", getattr(cost, field), lambda v: v >= 0, "zero or more")
+    _positive("cost.training_run_steps", cost.training_run_steps)
     licence = _section(data, "licence", Licence, {"allowed": str})
     gates = _section(data, "gates", Gates)
     return Workload(name=name, task=task, seed=seed, scripts=scripts, model=model, inputs=inputs,

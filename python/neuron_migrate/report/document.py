@@ -48,8 +48,9 @@ def _will_it_run(s):
         blocks.append(("p", f"**64-bit values that 32-bit computation would not keep** (checked on "
                             f"{census.get('wide_values_checked_on')}, which computes them exactly): {len(wide)}"))
         if wide:
-            blocks.append(("table", ["op", "dtype", "shape", "sample value", "problem"],
-                           [[w["op"], w["dtype"], str(w["shape"]), str(w["sample_value"]), w["problem"]] for w in wide]))
+            blocks.append(("table", ["op", "in its", "dtype", "shape", "sample value", "problem"],
+                           [[w["op"], w.get("where", "output"), w["dtype"], str(w["shape"]), str(w["sample_value"]),
+                             w["problem"]] for w in wide]))
         top = sorted(census.get("ops") or [], key=lambda o: -o["count"])[:12]
         if top:
             blocks.append(("table", ["op (most called)", "calls", "distinct signatures", "sample signature"],
@@ -102,7 +103,7 @@ def _compiles(s, timing):
                             f"**{c['graphs_compiled']} graphs compiled, "
                             f"{c['recompiles']} recompiles**, {c['graph_breaks']} graph breaks over "
                             f"{c['buckets']['distinct_shapes']} distinct input shapes. Warm-up: cold "
-                            f"{number(c['warmup_cold_s'])} s, warm (after torch._dynamo.reset(); disk cache "
+                            f"{number(c['warmup_cold_s'])} s, warm (after torch.compiler.reset(); disk cache "
                             f"{c['cache_dir']}) {number(c['warmup_warm_s'])} s, steady {number(c['steady_s'])} s "
                             f"({timing})."))
         if c.get("requests_failed"):
@@ -183,7 +184,8 @@ def _fit(s, report):
                          gib(x["total_bytes_per_core"]), "yes" if x["fits"] else "no " + "; ".join(x["problems"])]
                         for x in f["rows"]]))
         blocks.append(("list", [f"{k}: smallest fitting TP = {v['tp']} ({v['among']})"
-                                for k, v in f["smallest_fitting_tp"].items()]))
+                                for k, v in f["smallest_fitting_tp"].items()]
+                       + [f"not offered: {item}" for item in f.get("not_offered") or []]))
     if r.get("rows"):
         blocks.append(("p", f"**Roofline bound (not a measurement):** {count(r['flops_per_token'])} FLOPs and "
                             f"{mib(r['bytes_per_token_batch1'])} moved per generated token at batch 1, context "

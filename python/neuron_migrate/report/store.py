@@ -55,14 +55,23 @@ def _jsonable(value):
 
 
 def load(path):
-    """A report dict from a folder or a report.json path."""
+    """A report dict from a folder or a report.json path; OSError or ValueError naming the file."""
     if os.path.isdir(path):
         path = os.path.join(path, "report.json")
-    with open(path, encoding="utf-8") as handle:
-        data = json.load(handle)
-    if data.get("schema") != REPORT_SCHEMA:
-        raise ValueError(f"{path}: not a neuron-migrate report (schema {data.get('schema')!r})")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as error:
+        raise OSError(f"{path}: cannot read the report ({error.strerror}); expected a report folder "
+                      "written by `neuron-migrate run`, or its report.json") from None
+    except ValueError as error:
+        raise ValueError(f"{path}: not JSON ({error})") from None
+    if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
+        raise ValueError(f"{path}: not a neuron-migrate report (schema "
+                         f"{data.get('schema') if isinstance(data, dict) else None!r})")
     if data.get("schema_version", 0) > REPORT_SCHEMA_VERSION:
         raise ValueError(f"{path}: report schema version {data['schema_version']} is newer than this tool's "
                          f"({REPORT_SCHEMA_VERSION})")
+    if not isinstance(data.get("sections"), dict):
+        raise ValueError(f"{path}: a neuron-migrate report without its sections (truncated or edited?)")
     return data

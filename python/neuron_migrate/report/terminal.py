@@ -18,7 +18,8 @@ def fit_table(result):
     smallest = "; ".join(f"{key}: TP={value['tp'] if value['tp'] else 'none'}"
                          + ("" if value["among"] == "the listed degrees" else f" ({value['among']})")
                          for key, value in result["smallest_fitting_tp"].items())
-    table.caption = f"smallest fitting TP degree: {smallest}\nKV cache: {result['cache_method']}"
+    table.caption = f"smallest fitting TP degree: {smallest}\nKV cache: {result['cache_method']}" + (
+        f"\nnot offered: {', '.join(result['not_offered'])}" if result.get("not_offered") else "")
     return table
 
 
