@@ -12,6 +12,10 @@ import time
 import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# One compute thread per process (children inherit it): these 2-core machines run other jobs,
+# and with 2 OpenMP threads a busy core makes the other spin, which collapsed timings 5-fold
+# (measured: 18 vs 87 tok/s for the same CPU decode). NEURON_BENCH_THREADS overrides.
+os.environ["OMP_NUM_THREADS"] = os.environ.get("NEURON_BENCH_THREADS", "1")
 
 import torch  # noqa: E402
 import torch_neuronx  # noqa: E402
@@ -190,7 +194,8 @@ def main():
         "ATen's CPU kernels run on device memory; a ratio is CPU time / neuron time (throughput",
         "neuron/CPU), from medians of interleaved repeats in one run. Higher is better; 1.00 = parity.",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores ({os.environ['OMP_NUM_THREADS']} compute thread per "
+        f"process), torch {torch.__version__}, "
         f"launch-blocking={torch_neuronx._sim._C.launch_blocking()}, "
         f"{time.strftime('%Y-%m-%d')}.",
         "",
