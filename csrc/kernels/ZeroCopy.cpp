@@ -933,7 +933,8 @@ std::unordered_map<std::string, bool>& kernel_verdicts() {
 }
 }  // namespace
 
-std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tensor>& inputs, const TensorBody& given) {
+std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tensor>& inputs, const TensorBody& given,
+                                   bool random) {
   DeviceCheck check;
   bool wide = false;
   std::string signature = name;
@@ -946,7 +947,7 @@ std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tenso
   const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(runtime().current_device());
   // The outputs' metadata, for a queued kernel: the body run on meta tensors.
   std::vector<at::Tensor> meta_results;
-  bool queue = asynchronous();
+  bool queue = asynchronous() && !random;
   std::optional<bool> verdict;
   if (queue) {
     {
