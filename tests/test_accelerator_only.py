@@ -1,6 +1,9 @@
-"""Accelerator-only ops (a CUDA kernel, no CPU kernel) that PyTorch selects for the device:
-their neuron kernels follow CUDA's contract. The fused recurrent cells are tested in
-test_rnn.py."""
+"""Accelerator-only ops (a CUDA kernel, no CPU kernel): the class is classified completely,
+the ones PyTorch selects for the device have neuron kernels (conformance/accelerator_only.py,
+COVERAGE.md "Accelerator-only ops"), and those kernels follow CUDA's contract. The fused
+recurrent cells are tested in test_rnn.py."""
+import pathlib
+import sys
 import textwrap
 
 import pytest
@@ -8,11 +11,119 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch_neuronx
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import run_python
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repo: conformance/
+from conformance import accelerator_only  # noqa: E402
+
 D = "neuron"
 TOLERANCES = {torch.float32: (1e-5, 1.3e-6), torch.bfloat16: (1e-2, 1.6e-2)}  # the OpInfo sweep's
+
+
+def op_name(schema_name):
+    """"aten::mm.dtype" -> "mm.dtype" (the form of native_functions.yaml)."""
+    return schema_name.split("::", 1)[1]
+
+
+# ---- the class ----------------------------------------------------------------------------------
+
+def test_the_table_classifies_exactly_the_installed_class():
+    """A new PyTorch adding or removing an accelerator-only op fails here until it is classified."""
+    installed = accelerator_only.installed_class()
+    assert len(installed) > 80
+    assert set(installed) == set(accelerator_only.OPS), (
+        f"unclassified: {sorted(set(installed) - set(accelerator_only.OPS))}; "
+        f"gone: {sorted(set(accelerator_only.OPS) - set(installed))}")
+    for name in installed:  # really no CPU kernel in this build
+        assert not torch._C._dispatch_has_computed_kernel_for_dispatch_key("aten::" + name, "CPU"), name
+
+
+def test_ops_classified_kernel_have_neuron_kernels_and_the_others_do_not():
+    for name, (category, _, _) in accelerator_only.OPS.items():
+        wanted = category in (accelerator_only.KERNEL, accelerator_only.KERNEL_DIRECT)
+        assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + name, "PrivateUse1") == wanted, name
+
+
+def test_coverage_md_has_the_current_section():
+    text = (pathlib.Path(__file__).resolve().parents[1] / "COVERAGE.md").read_text()
+    assert "\n".join(accelerator_only.section()) in text
+
+
+class Recorder(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        overload = func._schema.overload_name
+        self.ops.add(op_name(func._schema.name) + ("." + overload if overload else ""))
+        return func(*args, **(kwargs or {}))
+
+
+def _programs():
+    x = torch.randn(5, 3, 4, device=D, requires_grad=True)
+    yield "LSTM", lambda: nn.LSTM(4, 6, 2, bidirectional=True).to(D)(x)[0].sum().backward()
+    yield "GRU", lambda: nn.GRU(4, 6, batch_first=True).to(D)(x)[0].sum().backward()
+    yield "LSTMCell", lambda: nn.LSTMCell(4, 6).to(D)(x[0])[0].sum().backward()
+    yield "GRUCell", lambda: nn.GRUCell(4, 6).to(D)(x[0]).sum().backward()
+    yield "RNN", lambda: nn.RNN(4, 6).to(D)(x)[0].sum().backward()
+    yield "dropout", lambda: F.dropout(x, 0.5, True).sum().backward()
+    yield "feature_alpha_dropout", lambda: F.feature_alpha_dropout(x, 0.5, True).sum().backward()
+
+    def ctc(lengths_device, reduction):
+        def run():
+            lp = torch.randn(12, 2, 5, device=D).log_softmax(2).requires_grad_()
+            lengths = (torch.tensor([12, 12], device=lengths_device), torch.tensor([4, 3], device=lengths_device))
+            F.ctc_loss(lp, torch.randint(1, 5, (2, 4), device=D), *lengths, reduction=reduction).backward()
+        return run
+    yield "ctc_loss", ctc(D, "mean")
+    # Under a dispatch mode (this recorder, an op census) ctc_loss takes its composite path:
+    # _ctc_loss.Tensor, whose kernel reads CPU lengths on the host (on CUDA too). (The mean
+    # reduction then divides by the CPU lengths, which CUDA refuses as well.)
+    yield "ctc_loss, CPU lengths", ctc("cpu", "sum")
+    yield "rms_norm", lambda: F.rms_norm(x, (4,), torch.ones(4, device=D, requires_grad=True)).sum().backward()
+    yield "batch_norm", lambda: nn.BatchNorm1d(3).to(D)(x).sum().backward()
+    yield "depthwise conv", lambda: F.conv2d(torch.randn(1, 4, 5, 5, device=D, requires_grad=True),
+                                             torch.randn(4, 1, 3, 3, device=D), groups=4).sum().backward()
+    yield "grid_sample", lambda: F.grid_sample(
+        torch.randn(1, 2, 4, 4, device=D, requires_grad=True),
+        F.affine_grid(torch.randn(1, 2, 3, device=D), (1, 2, 4, 4), align_corners=False),
+        align_corners=False).sum().backward()
+    yield "sdpa", lambda: F.scaled_dot_product_attention(x[None], x[None], x[None]).sum().backward()
+
+    def mha():
+        m = nn.MultiheadAttention(4, 2, batch_first=True).to(D).eval()
+        with torch.no_grad():
+            q = torch.randn(2, 3, 4, device=D)
+            m(q, q, q, need_weights=False)
+    yield "MultiheadAttention fast path", mha
+    yield "sync batch norm", lambda: sync_batch_norm_step(torch.randn(4, 3, 5, 5), torch.float32, world=2)
+
+
+@pytest.mark.parametrize("name,program", list(_programs()), ids=[n for n, _ in _programs()])
+def test_pytorchs_accelerator_paths_run_and_select_only_ops_neuron_has(name, program):
+    """Each program runs on neuron; every accelerator-only op it reaches has a neuron kernel."""
+    recorder = Recorder()
+    with recorder:
+        program()
+    torch.neuron.synchronize()
+    reached = recorder.ops & set(accelerator_only.OPS)
+    for op in reached:
+        assert accelerator_only.OPS[op][0] == accelerator_only.KERNEL, op
+        assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + op, "PrivateUse1"), op
+    expected = {"LSTM": "_thnn_fused_lstm_cell", "GRU": "_thnn_fused_gru_cell", "sync batch norm": "batch_norm_stats"}
+    if name in expected:
+        assert expected[name] in reached
+
+
+def test_an_op_with_no_kernel_anywhere_but_cuda_names_itself():
+    a = torch.randn(2, 3, device=D, dtype=torch.bfloat16)
+    b = torch.randn(3, 2, device=D, dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match=r"Could not run 'aten::mm.dtype' on the neuron device.*"
+                                                  r"Accelerator-only ops"):
+        torch.mm(a, b, out_dtype=torch.float32)
 
 
 # ---- SyncBatchNorm's ops ---------------------------------------------------------------------------
