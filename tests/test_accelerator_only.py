@@ -380,3 +380,53 @@ def test_accelerator_only_kernels_in_asynchronous_mode():
     result = run_python(code, env={"NEURON_LAUNCH_BLOCKING": "0"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK" in result.stdout
+
+
+# ---- torch.compile(backend="neuron") ---------------------------------------------------------------
+
+def test_compiled_programs_decompose_the_accelerator_only_ops(tmp_path, monkeypatch):
+    """A compiled program runs CPU kernels on host views, so these ops are decomposed into the
+    plain ops their kernels compute (compile/decompositions.py): results equal the eager
+    kernels', in-place running statistics included."""
+    import torch._dynamo
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff_cache"))
+    torch._dynamo.reset()
+
+    def sync_bn(x, dy, weight, bias, rm, rv, count):
+        mean, invstd = torch.batch_norm_stats(x, 1e-5)
+        counts = torch.cat([count, count * 2])
+        mean, invstd = torch.batch_norm_gather_stats_with_counts(x, torch.stack([mean, mean]),
+                                                                 torch.stack([invstd, invstd]), rm, rv, 0.1, 1e-5,
+                                                                 counts)
+        out = torch.batch_norm_elemt(x, weight, bias, mean, invstd, 1e-5)
+        sum_dy, sum_dy_xmu, gw, gb = torch.batch_norm_backward_reduce(dy, x, mean, invstd, weight, True, True, True)
+        gx = torch.batch_norm_backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts.int())
+        return out, gw, gb, gx, mean, invstd
+
+    g = torch.Generator().manual_seed(4)
+    x, dy = torch.randn(4, 3, 5, generator=g), torch.randn(4, 3, 5, generator=g)
+    weight, bias = torch.randn(3, generator=g), torch.randn(3, generator=g)
+    results = {}
+    for mode, fn in (("eager", sync_bn), ("compiled", torch.compile(sync_bn, backend="neuron", fullgraph=True))):
+        rm, rv = torch.zeros(3, device=D), torch.ones(3, device=D)
+        args = [t.to(D) for t in (x, dy, weight, bias)] + [rm, rv, torch.tensor([20.0], device=D)]
+        if mode == "compiled":  # compile first: tracing runs the eager kernels on stand-in tensors
+            fn(*[a.clone() for a in args])
+        torch_neuronx.clear_op_tracking()
+        results[mode] = list(fn(*args)) + [rm, rv]
+        ran = torch_neuronx.get_op_counts()
+    assert "aten::batch_norm_stats" not in ran and "aten::batch_norm_backward_elemt" not in ran
+    for i, (got, want) in enumerate(zip(results["compiled"], results["eager"])):
+        torch.testing.assert_close(got.cpu(), want.cpu(), atol=1e-5, rtol=1e-5, msg=lambda m: f"result {i}: {m}")
+
+    def dropout(x):
+        out, mask = torch._fused_dropout(x, 0.75)
+        return out, mask, torch._masked_scale(x, mask, 2.0)
+
+    x = torch.randn(100, 40, device=D)
+    out, mask, scaled = torch.compile(dropout, backend="neuron", fullgraph=True)(x)
+    assert mask.dtype == torch.uint8 and abs(mask.float().mean().item() - 0.75) < 0.03
+    torch.testing.assert_close(out.cpu(), x.cpu() * mask.cpu() / 0.75)
+    torch.testing.assert_close(scaled.cpu(), x.cpu() * mask.cpu() * 2.0)
+    torch._dynamo.reset()

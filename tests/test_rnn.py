@@ -457,3 +457,72 @@ def test_module_db_samples_match_cpu(name):
             assert (got is None) == (want is None), what
             if want is not None:
                 assert_close(got, want, torch.float32, what + " gradient")
+
+
+# ---- torch.compile(backend="neuron") ---------------------------------------------------------------
+
+@pytest.fixture
+def fresh_dynamo(tmp_path, monkeypatch):
+    import torch._dynamo
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff_cache"))
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_compiled_recurrent_layer_matches_cpu(kind, fresh_dynamo):
+    """With Dynamo tracing RNNs (allow_rnn; by default it runs them eagerly) the graph holds the
+    fused cells, which the compiler decomposes into the ops their kernels compute
+    (compile/decompositions.py): forward and backward equal CPU's."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    cpu, dev = make_pair(lambda: getattr(nn, kind)(INPUT, HIDDEN, num_layers=2, bidirectional=True), torch.float32)
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(SEQ, BATCH, INPUT, generator=g)
+    h0 = torch.randn(4, BATCH, HIDDEN, generator=g)
+    state = (h0, torch.randn(4, BATCH, HIDDEN, generator=g)) if kind == "LSTM" else h0
+    counters.clear()
+    with torch._dynamo.config.patch(allow_rnn=True):
+        compiled = torch.compile(dev, backend="neuron", fullgraph=True)
+
+        def run(module, device, dtype):
+            xi = leaf(x, device, dtype).requires_grad_()
+            s = tuple(leaf(t, device, dtype) for t in state) if kind == "LSTM" else leaf(state, device, dtype)
+            out, _ = (compiled if device == "neuron" else module)(xi, s)
+            return [out], torch.autograd.grad(out.pow(2).sum(), [xi] + list(module.parameters()))
+
+        compare(run, (cpu, dev), torch.float32)
+    assert counters["neuron"]["compiled_graphs"] >= 1
+
+
+def test_compiled_cells_match_the_kernels(fresh_dynamo):
+    """The decompositions compute what the eager kernels compute, forward and backward, float32
+    and bfloat16; the compiled program runs none of the eager kernels."""
+    g = torch.Generator().manual_seed(7)
+
+    def cells(ig, hg, gru_ig, gru_hg, state, b, b2):
+        hy, cy, _ = torch.ops.aten._thnn_fused_lstm_cell(ig, hg, state, b, b2)
+        gy, _ = torch.ops.aten._thnn_fused_gru_cell(gru_ig, gru_hg, state, b[:15], b2[:15])
+        return hy, cy, gy
+
+    compiled = torch.compile(cells, backend="neuron", fullgraph=True)
+    for dtype in DTYPES:
+        ig, hg = torch.randn(3, 20, generator=g).to(dtype), torch.randn(3, 20, generator=g).to(dtype)
+        state = torch.randn(3, 5, generator=g).to(dtype)
+        gru_ig, gru_hg = ig[:, :15].contiguous(), hg[:, :15].contiguous()
+        b, b2 = torch.randn(20, generator=g).to(dtype), torch.randn(20, generator=g).to(dtype)
+        results = {}
+        for mode, fn in (("eager", cells), ("compiled", compiled)):
+            args = [t.to("neuron").requires_grad_() for t in (ig, hg, gru_ig, gru_hg, state, b, b2)]
+            if mode == "compiled":  # compile first: tracing may run the eager kernels on stand-ins
+                fn(*[a.detach().clone().requires_grad_() for a in args])[0].float().sum().backward()
+            torch_neuronx.clear_op_tracking()
+            hy, cy, gy = fn(*args)
+            (hy.float() * 2 + cy.float() + gy.float() * 3).sum().backward()
+            ran = torch_neuronx.get_op_counts()
+            results[mode] = [hy, cy, gy] + [a.grad for a in args]
+        assert "aten::_thnn_fused_lstm_cell" not in ran and "aten::_thnn_fused_gru_cell_backward" not in ran
+        for i, (got, want) in enumerate(zip(results["compiled"], results["eager"])):
+            assert_close(got, want.cpu(), dtype, f"result {i}")
