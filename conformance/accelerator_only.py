@@ -167,8 +167,11 @@ def section() -> list[str]:
            f"{len(OPS)} ops: {counts[KERNEL]} selected by PyTorch for the device and given neuron "
            f"kernels, {counts[KERNEL_DIRECT]} given kernels though only called directly, "
            f"{counts[NOT_REACHED]} never reached on neuron, {counts[DIRECT]} reached only by explicit "
-           "calls (NotImplementedError naming the op). Table: `conformance/accelerator_only.py`; "
-           "checks: `tests/test_accelerator_only.py`, `tests/test_rnn.py`.\n",
+           "calls (NotImplementedError naming the op). Under `torch.compile(backend=\"neuron\")` the "
+           "ops with kernels are decomposed into the ops their kernels compute "
+           "(`python/torch_neuron_sim/compile/decompositions.py`). Table: "
+           "`conformance/accelerator_only.py`; checks: `tests/test_accelerator_only.py`, "
+           "`tests/test_rnn.py`.\n",
            "| ops | neuron | how PyTorch selects them | what neuron does |",
            "|---|---|---|---|"]
     for category, ops, selected, neuron in GROUPS:

@@ -195,6 +195,34 @@ def test_packed_unsorted_no_bias_and_unbatched(kind, dtype):
     compare(run, modules, dtype)
 
 
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_float64_and_float16_layers(kind):
+    """Not in the issue's list, checked too. float64: the device computes it in 32 bits (README,
+    64-bit dtypes), so it is compared with float32's tolerances, as the sweep does. float16 (not
+    in the sweep): outputs within 1e-3 / 1e-3 of CPU's; gradients as bfloat16's (against the
+    exact gradient, at most twice that rtol or CPU's own error)."""
+    for dtype in (torch.float64, torch.float16):
+        cpu, dev = make_pair(lambda: getattr(nn, kind)(INPUT, HIDDEN, num_layers=2, bidirectional=True), dtype)
+        x = torch.randn(SEQ, BATCH, INPUT, generator=torch.Generator().manual_seed(8)).to(dtype)
+
+        def run(module, device, run_dtype):
+            xi = leaf(x, device, run_dtype).requires_grad_()
+            out = module(xi)[0]
+            return out, torch.autograd.grad(out.double().pow(2).sum(), xi)[0]
+
+        (got, got_grad), (want, want_grad) = run(dev, "neuron", dtype), run(cpu, "cpu", dtype)
+        assert got.dtype == got_grad.dtype == dtype and got.device.type == "neuron"
+        if dtype == torch.float64:
+            atol, rtol = TOLERANCES[torch.float32]
+            torch.testing.assert_close(got.cpu(), want, atol=atol, rtol=rtol)
+            torch.testing.assert_close(got_grad.cpu(), want_grad, atol=atol, rtol=rtol)
+        else:
+            torch.testing.assert_close(got.cpu(), want, atol=1e-3, rtol=1e-3)
+            exact = run(copy.deepcopy(cpu).double(), "cpu", torch.float64)[1]
+            ours, cpus = normwise_error(got_grad, exact), normwise_error(want_grad, exact)
+            assert ours <= max(2e-3, cpus), (ours, cpus)
+
+
 def test_lstm_with_projections_matches_cpu():
     modules = make_pair(lambda: nn.LSTM(INPUT, HIDDEN, num_layers=2, proj_size=3, bidirectional=True),
                         torch.float32)
