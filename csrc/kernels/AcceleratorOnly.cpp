@@ -157,8 +157,8 @@ std::tuple<at::Tensor, at::Tensor> gather_stats(const char* name, const at::Tens
   };
   auto r = run_kernel(name, {mean, invstd, counts, running_mean, running_var}, body);
   if (running) {  // updated in place, as on CUDA
-    const_cast<at::Tensor&>(running_mean).copy_(r[2]);
-    const_cast<at::Tensor&>(running_var).copy_(r[3]);
+    running_mean.copy_(r[2]);
+    running_var.copy_(r[3]);
   }
   return {r[0], r[1]};
 }
