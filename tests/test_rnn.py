@@ -498,8 +498,9 @@ def fresh_dynamo(tmp_path, monkeypatch):
     torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("initial", [True, False], ids=["h0", "noh0"])
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
-def test_compiled_recurrent_layer_matches_cpu(kind, fresh_dynamo):
+def test_compiled_recurrent_layer_matches_cpu(kind, initial, fresh_dynamo):
     """With Dynamo tracing RNNs (allow_rnn; by default it runs them eagerly) the graph holds the
     fused cells, which the compiler decomposes into the ops their kernels compute
     (compile/decompositions.py): forward and backward equal CPU's."""
@@ -518,7 +519,7 @@ def test_compiled_recurrent_layer_matches_cpu(kind, fresh_dynamo):
         def run(module, device, dtype):
             xi = leaf(x, device, dtype).requires_grad_()
             s = tuple(leaf(t, device, dtype) for t in state) if kind == "LSTM" else leaf(state, device, dtype)
-            out, _ = (compiled if device == "neuron" else module)(xi, s)
+            out, _ = (compiled if device == "neuron" else module)(xi, *([s] if initial else []))
             return [out], torch.autograd.grad(out.pow(2).sum(), [xi] + list(module.parameters()))
 
         compare(run, (cpu, dev), torch.float32)
