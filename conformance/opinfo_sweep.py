@@ -78,6 +78,8 @@ import torch
 
 import torch_neuronx  # noqa: F401  (registers the "neuron" device)
 
+from conformance import accelerator_only
+
 DEVICE = "neuron"
 # The device computes float64 / int64 in 32 bits unless NEURON_SIM_NATIVE_64BIT=1.
 EMULATES_64BIT = bool(torch_neuronx._sim._C.computes_64bit_as_32bit())
@@ -975,6 +977,8 @@ def write_coverage(results: list[PairResult], path, *, seconds=None, max_samples
         else:
             out.append("Every pair has the same status in both modes.")
         out.append("")
+
+    out.extend(accelerator_only.section())
 
     out.append("## All pairs\n")
     out.append("One row per OpInfo, one column per dtype: the pair's status, with the variant "

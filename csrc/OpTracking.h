@@ -10,8 +10,9 @@
 //    op names ("aten::mul.Tensor") since start-up or the last clear_op_tracking(), exactly
 //    as the real functions return them.
 //  - How did the simulator compute it? With a kernel of ours ("hot": Hot.cpp, Minimal.cpp,
-//    Accelerator.cpp) or through the generic zero-copy path ("generic", ZeroCopy.cpp). Both
-//    run on device memory; this is an internal report (torch_neuron_sim.get_op_counts()).
+//    Accelerator.cpp, Recurrent.cpp, AcceleratorOnly.cpp) or through the generic zero-copy
+//    path ("generic", ZeroCopy.cpp). Both run on device memory; this is an internal report
+//    (torch_neuron_sim.get_op_counts()).
 //
 // Logging follows the real package: tracked silently by default; with
 // TORCH_NEURONX_LOG_LEVEL >= 2 (INFO) one line per op that falls back, with >= 3 (DEBUG)

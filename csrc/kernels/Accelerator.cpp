@@ -1,5 +1,6 @@
 // Ops whose CPU kernel differs from an accelerator's (CUDA's) contract; the neuron
-// device follows the accelerator, since models pick code paths by device type.
+// device follows the accelerator, since models pick code paths by device type. (Ops with no
+// CPU kernel at all: Recurrent.cpp, AcceleratorOnly.cpp.)
 //  - convolution: an out-of-tree device is routed to convolution_overrideable
 //    (and its backward); we run ATen's CPU convolution on host views.
 //  - scaled_dot_product_attention: the fused-kernel choice is a per-device stub; ours

@@ -219,7 +219,7 @@ struct OpPlan {
   bool view = false;               // returns an alias it does not write
   bool tensor_returns = true;      // every return is a Tensor or a Tensor[]
   bool on_device = true;           // TorchNeuron runs it on the device (else: on the CPU, in 64 bits)
-  bool allow_cpu_tensors = false;  // indices of index ops may live on the CPU
+  bool allow_cpu_tensors = false;  // CPU tensors accepted (index ops, CTC lengths)
   std::vector<bool> is_generator;  // per argument: Generator? type
   std::vector<bool> is_written;    // per argument: written by the op (in-place, out=)
   // per argument: its value can change output dtypes or which outputs exist (a dtype, a
@@ -296,7 +296,12 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
     plan->write_alias_of.push_back(index);
     plan->tensor_returns = plan->tensor_returns && is_tensor_type(ret.type());
   }
-  plan->allow_cpu_tensors = name.name.rfind("aten::index", 0) == 0 || name.name == "aten::_index_put_impl_";
+  // CPU tensors accepted as on CUDA: indices of index ops; the lengths of the CTC loss and its
+  // backward (their Tensor overloads read them on the host; F.ctc_loss is commonly given CPU
+  // lengths).
+  plan->allow_cpu_tensors = name.name.rfind("aten::index", 0) == 0 || name.name == "aten::_index_put_impl_" ||
+                            ((name.name == "aten::_ctc_loss" || name.name == "aten::_ctc_loss_backward") &&
+                             name.overload_name.rfind("Tensor", 0) == 0);
   std::unique_lock<std::shared_mutex> lock(mutex);
   auto& slot = (*plans)[schema];
   if (!slot) slot = std::move(plan);
@@ -825,6 +830,13 @@ void enqueue(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stac
 
 void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpPlan& plan = plan_for(op);
+  // An op without a CPU kernel (PyTorch implements some for accelerators only: Note
+  // [Accelerator-only ops] in AcceleratorOnly.cpp) has nothing for this path to run: say so,
+  // rather than the dispatcher's message about the 'CPU' backend.
+  TORCH_CHECK_NOT_IMPLEMENTED(op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU), "Could not run '",
+                              plan.name, "' on the neuron device: it has no neuron kernel, and no CPU kernel for the ",
+                              "simulated device to compute with (PyTorch implements it for other devices only, ",
+                              "e.g. CUDA). See COVERAGE.md, \"Accelerator-only ops\".");
   const size_t num_arguments = op.schema().arguments().size();
   const size_t begin = stack->size() - num_arguments;
   DeviceCheck check;
@@ -933,7 +945,8 @@ std::unordered_map<std::string, bool>& kernel_verdicts() {
 }
 }  // namespace
 
-std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tensor>& inputs, const TensorBody& given) {
+std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tensor>& inputs, const TensorBody& given,
+                                   bool random) {
   DeviceCheck check;
   bool wide = false;
   std::string signature = name;
@@ -946,7 +959,7 @@ std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tenso
   const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(runtime().current_device());
   // The outputs' metadata, for a queued kernel: the body run on meta tensors.
   std::vector<at::Tensor> meta_results;
-  bool queue = asynchronous();
+  bool queue = asynchronous() && !random;
   std::optional<bool> verdict;
   if (queue) {
     {

@@ -109,9 +109,12 @@ void enqueue_views(HostCall& call, std::function<void()> work);
 // (after draining, in asynchronous mode) or queued; the body itself, run on meta tensors,
 // gives the outputs' metadata (checked against the CPU once per dtype signature). The
 // 64-bit rule applies (its inputs narrowed, its results widened). Used by the
-// accelerator-specific kernels (Accelerator.cpp); the body must capture by value.
+// accelerator-specific kernels (Accelerator.cpp); the body must capture by value. A body
+// that draws random numbers passes `random`: it then always runs at the call, after its
+// stream is drained, so draws happen in program order (as the generic path does).
 using TensorBody = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs)>;
-std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tensor>& inputs, const TensorBody& body);
+std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tensor>& inputs, const TensorBody& body,
+                                   bool random = false);
 
 // Runs `op` (boxed, arguments on `stack`) with the zero-copy scheme above.
 void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack);

@@ -1,6 +1,11 @@
-"""Decompositions applied while AOTAutograd traces a graph for the neuron device: the device's
-fused attention op (the overrideable SDPA, Accelerator.cpp) becomes the CPU flash-attention
-op it computes with, forward and backward, so the program runs it on host views directly."""
+"""Decompositions applied while AOTAutograd traces a graph for the neuron device, for ops whose
+neuron kernels are ours rather than the CPU's (a program runs its ops on host views with the
+CPU's kernels):
+- the device's fused attention op (the overrideable SDPA, Accelerator.cpp) becomes the CPU
+  flash-attention op it computes with, forward and backward;
+- the accelerator-only ops PyTorch selects for the device (no CPU kernel: Recurrent.cpp,
+  AcceleratorOnly.cpp; COVERAGE.md "Accelerator-only ops") become the plain ops their kernels
+  compute, with the same rules (half and bfloat16 computed in float32, CUDA's outputs)."""
 import torch
 
 aten = torch.ops.aten
@@ -23,6 +28,155 @@ def _attention_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
     return grad_query, grad_key, grad_value, None
 
 
+# ---- accelerator-only ops (the kernels of Recurrent.cpp and AcceleratorOnly.cpp) ----------------
+
+def _widened(t):
+    return t.float() if t is not None and t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def _accumulate_type(dtype):
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    dtype = input_gates.dtype
+    gates = _widened(input_gates) + _widened(hidden_gates)
+    if input_bias is not None:
+        gates = gates + _widened(input_bias) + _widened(hidden_bias)
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * _widened(cx) + i * g
+    hy = o * cy.tanh()
+    return hy.to(dtype), cy.to(dtype), torch.cat([i, f, g, o], 1).to(dtype)
+
+
+def _lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    if grad_hy is None and grad_cy is None:
+        return None, None, None
+    dtype = workspace.dtype
+    i, f, g, o = _widened(workspace).chunk(4, 1)
+    tanh_cy = _widened(cy).tanh()
+    if grad_hy is not None:
+        grad_o = _widened(grad_hy) * tanh_cy
+        grad_c = _widened(grad_hy) * o * (1 - tanh_cy * tanh_cy)
+        if grad_cy is not None:
+            grad_c = grad_c + _widened(grad_cy)
+    else:
+        grad_o = torch.zeros_like(tanh_cy)
+        grad_c = _widened(grad_cy)
+    grad_gates = torch.cat([grad_c * g * (1 - i) * i, grad_c * _widened(cx) * (1 - f) * f, grad_c * i * (1 - g * g),
+                            grad_o * (1 - o) * o], 1)
+    grad_bias = grad_gates.sum(0).to(dtype) if has_bias else None
+    return grad_gates.to(dtype), (grad_c * f).to(dtype), grad_bias
+
+
+def _gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    dtype = input_gates.dtype
+    ir, ii, in_ = _widened(input_gates).chunk(3, 1)
+    hr, hi, hn = _widened(hidden_gates).chunk(3, 1)
+    if input_bias is not None:
+        b1, b2 = _widened(input_bias).chunk(3), _widened(hidden_bias).chunk(3)
+        ir, ii, in_, hn = ir + hr + b1[0] + b2[0], ii + hi + b1[1] + b2[1], in_ + b1[2], hn + b2[2]
+    else:
+        ir, ii = ir + hr, ii + hi
+    r, z = ir.sigmoid(), ii.sigmoid()
+    n = (in_ + r * hn).tanh()
+    h = _widened(hx)
+    return (n + z * (h - n)).to(dtype), torch.cat([r, z, n, h, hn], 1).to(dtype)
+
+
+def _gru_cell_backward(grad_hy, workspace, has_bias):
+    dtype = grad_hy.dtype
+    r, z, n, hx, hn = _widened(workspace).chunk(5, 1)
+    go = _widened(grad_hy)
+    grad_z = go * (hx - n) * (1 - z) * z
+    grad_n = go * (1 - z) * (1 - n * n)
+    grad_r = grad_n * hn * (1 - r) * r
+    grad_input_gates = torch.cat([grad_r, grad_z, grad_n], 1)
+    grad_hidden_gates = torch.cat([grad_r, grad_z, grad_n * r], 1)
+    biases = (grad_input_gates.sum(0).to(dtype), grad_hidden_gates.sum(0).to(dtype)) if has_bias else (None, None)
+    return (grad_input_gates.to(dtype), grad_hidden_gates.to(dtype), (go * z).to(dtype)) + biases
+
+
+def _per_channel(stat, dims):
+    return stat.reshape([1, -1] + [1] * (dims - 2))
+
+
+def _reduced(dims):
+    return [0] + list(range(2, dims))
+
+
+def _batch_norm_stats(input, eps):
+    var, mean = torch.var_mean(_widened(input), _reduced(input.dim()), correction=0)
+    return mean, (var + eps).rsqrt()
+
+
+def _batch_norm_elemt(input, weight, bias, mean, invstd, eps):
+    dims = input.dim()
+    out = (_widened(input) - _per_channel(_widened(mean), dims)) * _per_channel(_widened(invstd), dims)
+    if weight is not None:
+        out = out * _per_channel(_widened(weight), dims)
+    if bias is not None:
+        out = out + _per_channel(_widened(bias), dims)
+    return out.to(input.dtype)
+
+
+def _gather_stats(mean, invstd, running_mean, running_var, momentum, eps, counts):
+    stat_type = _accumulate_type(mean.dtype)
+    mean, invstd = mean.to(stat_type), invstd.to(stat_type)
+    count = counts.to(stat_type).reshape(-1, 1)
+    n = count.sum(0)
+    avg = (mean * count).sum(0) / n
+    std = invstd.reciprocal()
+    var_n = ((std * std - eps) * count).sum(0) + ((mean - avg) * (mean - avg) * count).sum(0)
+    if running_mean is not None:
+        running_mean.copy_(_widened(running_mean) * (1 - momentum) + avg * momentum)
+        running_var.copy_(_widened(running_var) * (1 - momentum) + var_n / (n - 1) * momentum)
+    return avg, (var_n / n + eps).rsqrt()
+
+
+def _batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, running_var, momentum, eps, counts):
+    return _gather_stats(mean, invstd, running_mean, running_var, momentum, eps, counts)
+
+
+def _batch_norm_gather_stats(input, mean, invstd, running_mean, running_var, momentum, eps, count):
+    counts = torch.full((mean.shape[0],), count, dtype=_accumulate_type(mean.dtype), device=mean.device)
+    return _gather_stats(mean, invstd, running_mean, running_var, momentum, eps, counts)
+
+
+def _batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g):
+    dims = input.dim()
+    dy = _widened(grad_out)
+    sum_dy = dy.sum(_reduced(dims)).to(mean.dtype)
+    sum_dy_xmu = (dy * (_widened(input) - _per_channel(_widened(mean), dims))).sum(_reduced(dims)).to(mean.dtype)
+    param_type = weight.dtype if weight is not None else input.dtype
+    return (sum_dy if input_g else None, sum_dy_xmu if input_g else None,
+            (_widened(sum_dy_xmu) * _widened(invstd)).to(param_type) if weight_g else None,
+            sum_dy.to(param_type) if bias_g else None)
+
+
+def _batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count):
+    dims = input.dim()
+    mean, invstd = _widened(mean), _widened(invstd)
+    norm = count.to(mean.dtype).sum().reciprocal()
+    grad_mean = _per_channel(_widened(sum_dy) * norm, dims)
+    proj_scale = _per_channel(invstd * invstd * _widened(sum_dy_xmu) * norm, dims)
+    grad_scale = invstd * _widened(weight) if weight is not None else invstd
+    grad_input = (_widened(grad_out) - grad_mean - (_widened(input) - _per_channel(mean, dims)) * proj_scale) * \
+        _per_channel(grad_scale, dims)
+    return grad_input.to(input.dtype)
+
+
+def _fused_dropout(input, p, generator=None):
+    mask = aten.bernoulli.p(torch.empty_like(input, dtype=torch.uint8), p, generator=generator)  # functional
+    scale = 1.0 / p if p > 0 else 0.0
+    return (_widened(input) * mask * scale).to(input.dtype), mask
+
+
+def _masked_scale(input, mask, scale):
+    return (_widened(input) * mask * scale).to(input.dtype)
+
+
 def decomposition_table():
     from torch._decomp import decomposition_table as torch_decompositions
     return {
@@ -31,4 +185,16 @@ def decomposition_table():
         aten.native_dropout.default: torch_decompositions[aten.native_dropout.default],
         aten._scaled_dot_product_fused_attention_overrideable.default: _attention,
         aten._scaled_dot_product_fused_attention_overrideable_backward.default: _attention_backward,
+        aten._thnn_fused_lstm_cell.default: _lstm_cell,
+        aten._thnn_fused_lstm_cell_backward_impl.default: _lstm_cell_backward_impl,
+        aten._thnn_fused_gru_cell.default: _gru_cell,
+        aten._thnn_fused_gru_cell_backward.default: _gru_cell_backward,
+        aten.batch_norm_stats.default: _batch_norm_stats,
+        aten.batch_norm_elemt.default: _batch_norm_elemt,
+        aten.batch_norm_gather_stats.default: _batch_norm_gather_stats,
+        aten.batch_norm_gather_stats_with_counts.default: _batch_norm_gather_stats_with_counts,
+        aten.batch_norm_backward_reduce.default: _batch_norm_backward_reduce,
+        aten.batch_norm_backward_elemt.default: _batch_norm_backward_elemt,
+        aten._fused_dropout.default: _fused_dropout,
+        aten._masked_scale.default: _masked_scale,
     }
