@@ -22,3 +22,16 @@ def run_python(code, env=None, timeout=120):
 @pytest.fixture
 def neuron():
     return torch.device("neuron")
+
+
+@pytest.fixture
+def fresh_dynamo(tmp_path, monkeypatch):
+    """A compile test's clean slate: Dynamo reset, no dynamo metrics or counters, its own
+    program cache folder (test_compile*.py use it for every test)."""
+    from torch._dynamo.utils import counters
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff_cache"))
+    torch._dynamo.reset()
+    torch_neuronx.reset_dynamo_metrics()
+    counters.clear()
+    yield
+    torch._dynamo.reset()

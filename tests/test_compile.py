@@ -15,14 +15,8 @@ NEURON = torch.device("neuron")
 
 
 @pytest.fixture(autouse=True)
-def fresh_dynamo(tmp_path, monkeypatch):
-    """Each test compiles afresh, with its own disk cache."""
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff_cache"))
-    torch._dynamo.reset()
-    torch_neuronx.reset_dynamo_metrics()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
+def _fresh(fresh_dynamo):
+    """Each test compiles afresh (conftest.fresh_dynamo)."""
 
 
 def compiled_graphs():

@@ -17,13 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(autouse=True)
-def fresh_dynamo(tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff_cache"))
-    torch._dynamo.reset()
-    torch_neuronx.reset_dynamo_metrics()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
+def _fresh(fresh_dynamo):
+    """Each test compiles afresh (conftest.fresh_dynamo)."""
 
 
 def on_neuron(model, tmp_path, dtype):

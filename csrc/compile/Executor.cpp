@@ -347,12 +347,7 @@ void ProgramExecutor::build() {
     for (const auto& slot : step->tensors) {
       if (slot.value >= 0 && values[slot.value].on_host) all_device = false;
     }
-    const bool seeded = std::any_of(schema.arguments().begin(), schema.arguments().end(), [](const c10::Argument& a) {
-      auto type = a.real_type();
-      if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
-      return type->kind() == c10::TypeKind::GeneratorType;
-    });
-    if (seeded || name.rfind("aten::", 0) != 0) runs_inline_ = true;
+    if (!step->generators.empty() || name.rfind("aten::", 0) != 0) runs_inline_ = true;  // random / non-ATen
     const bool in_place = node.op == "aten::copy_";
     if ((slot_output || in_place) && all_device && step->tensor_lists.empty()) step->direct = direct_kernel(node.op, *step);
     steps_.push_back(std::move(step));

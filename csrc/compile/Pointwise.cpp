@@ -3,7 +3,6 @@
 
 #include <ATen/TensorIterator.h>
 #include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,7 +23,6 @@ bool loadable(at::ScalarType t) { return float_kind(t) || t == at::kBool; }
 inline float round_to(float v, at::ScalarType t) {
   switch (t) {
     case at::kBFloat16: return static_cast<float>(c10::BFloat16(v));
-    case at::kHalf: return static_cast<float>(c10::Half(v));
     default: return v;
   }
 }
@@ -36,9 +34,6 @@ void load(const char* base, int64_t stride, int64_t n, at::ScalarType t, float* 
       break;
     case at::kBFloat16:
       for (int64_t j = 0; j < n; ++j) to[j] = static_cast<float>(*reinterpret_cast<const c10::BFloat16*>(base + j * stride));
-      break;
-    case at::kHalf:
-      for (int64_t j = 0; j < n; ++j) to[j] = static_cast<float>(*reinterpret_cast<const c10::Half*>(base + j * stride));
       break;
     case at::kBool:
       for (int64_t j = 0; j < n; ++j) to[j] = *reinterpret_cast<const bool*>(base + j * stride) ? 1.f : 0.f;
@@ -55,9 +50,6 @@ void store(char* base, int64_t stride, int64_t n, at::ScalarType t, const float*
       break;
     case at::kBFloat16:
       for (int64_t j = 0; j < n; ++j) *reinterpret_cast<c10::BFloat16*>(base + j * stride) = c10::BFloat16(from[j]);
-      break;
-    case at::kHalf:
-      for (int64_t j = 0; j < n; ++j) *reinterpret_cast<c10::Half*>(base + j * stride) = c10::Half(from[j]);
       break;
     default:
       TORCH_INTERNAL_ASSERT(false, "neuron::pointwise: cannot store ", t);
