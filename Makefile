@@ -84,7 +84,7 @@ GUARDED_TESTS := tests/test_ops.py tests/test_generate.py tests/test_autograd_am
 	tests/test_serialization.py tests/test_streams.py tests/test_rng.py
 test-python-guarded: build
 	NEURON_SIM_MEMORY_GUARD=1 $(PY) -m pytest -q -p no:cacheprovider $(GUARDED_TESTS)
-	NEURON_SIM_MEMORY_GUARD=1 NEURON_LAUNCH_BLOCKING=0 $(PY) -m pytest -q -p no:cacheprovider $(GUARDED_TESTS)
+	NEURON_SIM_MEMORY_GUARD=1 NEURON_LAUNCH_BLOCKING=0 NEURON_SIM_INLINE_BYTES=0 $(PY) -m pytest -q -p no:cacheprovider $(GUARDED_TESTS)
 
 clean:
 	rm -rf build build-runtime build-asan build-tsan python/torch_neuron_sim/_C*.so $(EXTENSION) *.egg-info python/*.egg-info

@@ -4,7 +4,9 @@
 // enqueued before it and holds the buffers it reads and writes (Note [Buffers]), so they
 // may be released by their users at once.
 //  - Host -> device and device -> device: enqueued; with `blocking` the caller also waits
-//    for it (then a plain host pointer may be reused at once). A non-blocking copy from
+//    for it (then a plain host pointer may be reused at once); a blocking host -> device
+//    copy to an asynchronous stream with nothing pending is done by the caller (no hand-off
+//    to the worker; the order of work is the same). A non-blocking copy from
 //    host memory must name the host buffer that holds the source (`host_hold`: pinned
 //    memory), which the task keeps alive.
 //  - Device -> host: the caller waits for the stream first and copies itself (this is

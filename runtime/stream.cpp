@@ -48,9 +48,12 @@ Stream::~Stream() {
 Stream* Stream::current_worker() { return t_current_worker; }
 bool Stream::is_current_worker() const { return t_current_worker == this; }
 
+// Wakes the blocked waiters only when the first of their markers is reached: a host wait
+// behind a long queue must not cost the worker a wake-up (a system call and a context switch
+// of the waiter) per task it drains.
 void Stream::finish_one() {
-  completed_.fetch_add(1, std::memory_order_acq_rel);
-  if (waiters_.load(std::memory_order_acquire) > 0) {
+  const uint64_t completed = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  if (completed >= wake_at_.load(std::memory_order_seq_cst)) {
     { std::lock_guard<std::mutex> lock(mutex_); }  // a waiter is either before its check or asleep
     work_done_.notify_all();
   }
@@ -207,8 +210,12 @@ bool Stream::wait_for(uint64_t marker, std::chrono::milliseconds timeout) {
   if (!is_current_worker() && !reached(marker)) {
     host_waits_.fetch_add(1, std::memory_order_relaxed);
     std::unique_lock<std::mutex> lock(mutex_);
-    waiters_.fetch_add(1, std::memory_order_acq_rel);
-    auto done = [&] { return reached(marker) || aborted(); };
+    // Registered before the check below; finish_one() reads wake_at_ after advancing
+    // completed_ (both sequentially consistent): either this check sees the task done, or
+    // the worker sees the marker and notifies (taking mutex_ first, so not before the wait).
+    auto awaited = awaited_.insert(marker);
+    wake_at_.store(*awaited_.begin(), std::memory_order_seq_cst);
+    auto done = [&] { return completed_.load(std::memory_order_seq_cst) >= marker || aborted(); };
     bool finished;
     if (timeout.count() < 0) {
       work_done_.wait(lock, done);
@@ -216,7 +223,8 @@ bool Stream::wait_for(uint64_t marker, std::chrono::milliseconds timeout) {
     } else {
       finished = work_done_.wait_for(lock, timeout, done);
     }
-    waiters_.fetch_sub(1, std::memory_order_acq_rel);
+    awaited_.erase(awaited);
+    wake_at_.store(awaited_.empty() ? kNobodyWaits : *awaited_.begin(), std::memory_order_seq_cst);
     if (!finished) return false;
   }
   if (failed()) throw_failure();

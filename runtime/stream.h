@@ -129,7 +129,11 @@ class Stream {
   std::shared_ptr<FailureState> failure_state_;
   std::set<uint64_t> finished_out_of_order_;  // launch-blocking: finished after a later one; guarded by mutex_
   std::atomic<bool> worker_sleeping_{false};
-  std::atomic<int> waiters_{0};  // threads blocked in a wait (the worker notifies only then)
+  // The markers of the threads blocked in a wait (guarded by mutex_), and the smallest of
+  // them: the worker notifies only once completed_ reaches it.
+  static constexpr uint64_t kNobodyWaits = ~uint64_t(0);
+  std::multiset<uint64_t> awaited_;
+  std::atomic<uint64_t> wake_at_{kNobodyWaits};
   std::atomic<uint64_t> host_waits_{0};
   std::atomic<bool> aborted_{false};
   bool stopping_ = false;   // guarded by mutex_

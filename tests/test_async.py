@@ -8,7 +8,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_feature_suites_pass_in_asynchronous_mode():
-    env = dict(os.environ, NEURON_LAUNCH_BLOCKING="0")
+    # Every op that can be queued is queued: the suites' tensors are small, and small ops on
+    # an idle stream would otherwise run at the call (tested below).
+    env = dict(os.environ, NEURON_LAUNCH_BLOCKING="0", NEURON_SIM_INLINE_BYTES="0")
     suites = ["test_ops.py", "test_autograd_amp.py", "test_memory.py", "test_rng.py",
               "test_threads_fork.py", "test_generate.py::test_forward_logits_match_cpu"]
     result = subprocess.run(
@@ -32,3 +34,80 @@ def test_hot_ops_run_on_the_stream_thread():
                             env=dict(os.environ, NEURON_LAUNCH_BLOCKING="0"), timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "True"]
+
+
+SMALL_OPS = """
+import torch, torch_neuronx
+from torch_neuron_sim import _C
+x = torch.randn(8, 8, device="neuron")
+big = torch.randn(512, 512, device="neuron")
+x * 2; x + x; big @ big; big * 2                  # first calls of each signature run inline
+torch.neuron.synchronize()
+
+def enqueued(f):
+    before, _ = _C.stream_counters()
+    value = f()
+    after, _ = _C.stream_counters()
+    return value, after - before
+"""
+
+
+def run_small_ops(code, **env):
+    result = subprocess.run([sys.executable, "-c", SMALL_OPS + code], capture_output=True, text=True,
+                            env=dict(os.environ, NEURON_LAUNCH_BLOCKING="0", **env), timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_small_ops_on_an_idle_stream_run_at_the_call():
+    # Note [Small ops on an idle stream]: nothing to hand to the worker for a 256-byte
+    # multiply behind an empty queue; the direct path and the generic path both take it.
+    out = run_small_ops("""
+y, n_direct = enqueued(lambda: x * 2)             # hot op (direct path)
+z, n_generic = enqueued(lambda: torch.tanh(x))    # generic path
+t, n_upload = enqueued(lambda: torch.tensor([3, 4], device="neuron"))   # host -> device copy
+print(n_direct, n_generic, n_upload, torch.equal(y.cpu(), x.cpu() * 2), torch.equal(z.cpu(), torch.tanh(x.cpu())),
+      t.tolist() == [3, 4])
+""")
+    assert out == ["0", "0", "0", "True", "True", "True"]
+
+
+def test_small_ops_behind_pending_work_are_queued_in_order():
+    out = run_small_ops("""
+_C._stream_sleep(200_000_000)   # the stream is busy for 0.2 s
+w = torch.empty(8, 8, device="neuron")
+_, n_copy = enqueued(lambda: w.copy_(x))
+y, n_mul = enqueued(lambda: w * 2)               # reads w: must run after the queued copy
+pending = not torch.neuron.current_stream().query()
+print(n_copy, n_mul, pending, torch.equal(y.cpu(), x.cpu() * 2))
+""")
+    assert out == ["1", "1", "True", "True"]
+
+
+def test_large_ops_are_queued_and_the_limit_is_configurable():
+    code = """
+_, n_big = enqueued(lambda: big * 2)              # 1 MiB operand: queued
+torch.neuron.synchronize()
+_, n_small = enqueued(lambda: x * 2)
+print(n_big, n_small)
+"""
+    assert run_small_ops(code) == ["1", "0"]
+    assert run_small_ops(code, NEURON_SIM_INLINE_BYTES="0") == ["1", "1"]          # queue every op
+    assert run_small_ops(code, NEURON_SIM_INLINE_BYTES="4194304") == ["0", "0"]    # 4 MiB: both at the call
+
+
+def test_a_small_op_at_the_call_raises_there_and_fails_nothing():
+    # An error of an op run at the call is raised at the call (as launch-blocking does); the
+    # stream is not failed, so later work runs.
+    out = run_small_ops("""
+x.index_select(0, torch.tensor([1], device="neuron"))
+bad = torch.tensor([10], device="neuron")
+torch.neuron.synchronize()
+try:
+    x.index_select(0, bad)
+    print("no-error")
+except (IndexError, RuntimeError) as e:
+    print("raised")
+print(torch.equal((x * 3).cpu(), x.cpu() * 3))
+""")
+    assert out == ["raised", "True"]

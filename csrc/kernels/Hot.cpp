@@ -1,7 +1,7 @@
 // Hot ops: unboxed kernels that call ATen's CPU kernels directly (no dispatcher round trip,
-// no boxing) on host views of device memory, for the common case: launch-blocking mode and
-// operands that need no 64-bit narrowing. Any other call (asynchronous mode, 64-bit values)
-// takes the generic path (ZeroCopy.cpp), which holds the one 64-bit rule (Dtype64.h) and
+// no boxing) on host views of device memory, for the common case: launch-blocking mode (or
+// a small call on an idle stream in asynchronous mode) and operands that need no 64-bit
+// narrowing. Any other call (queued, 64-bit values) takes the generic path (ZeroCopy.cpp), which holds the one 64-bit rule (Dtype64.h) and
 // queues kernels with metadata from ATen's meta functions (Note [Asynchronous kernels]).
 #include <ATen/CPUFunctions.h>
 #include <c10/core/DeviceGuard.h>
@@ -14,11 +14,22 @@
 namespace torch_neuron {
 namespace {
 
-// True when the call may take the direct path: launch-blocking mode, every operand a
-// neuron tensor without 64-bit values or a CPU scalar (`x * 2`, `1 - x`).
+// True when the call may take the direct path: every operand a neuron tensor without 64-bit
+// values or a CPU scalar (`x * 2`, `1 - x`); launch-blocking mode, or asynchronous mode for
+// a small call whose stream has nothing pending (Note [Small ops on an idle stream]).
 template <typename... Tensors>
 bool direct(const Tensors&... operands) {
-  if (!runtime().launch_blocking()) return false;
+  if (!runtime().launch_blocking()) {
+    int64_t bytes = 0;
+    c10::DeviceIndex device = -1;
+    auto count = [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      bytes += int64_t(t.numel()) * int64_t(t.element_size());
+      if (device < 0 && t.device().type() == kNeuron) device = t.device().index();
+    };
+    (count(operands), ...);
+    if (device < 0 || !runs_at_call_when_idle(bytes, device)) return false;
+  }
   const bool narrow = compute_64bit_as_32bit();
   auto plain = [narrow](const at::Tensor& t) {
     if (t.device().type() == kNeuron) return !narrow || !is_64bit(t.scalar_type());

@@ -83,7 +83,6 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
                      self.sizes() == dst.sizes() && self.is_conj() == dst.is_conj() &&
                      self.is_neg() == dst.is_neg();
   const size_t bytes = dst.nbytes();
-  const bool queue = asynchronous();
   if (from_device && !to_device) {  // device -> host
     const c10::DeviceIndex device = self.device().index();
     auto source = buffer_ref_of(self.storage());
@@ -107,6 +106,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   if (!from_device && to_device) {  // host -> device
     const c10::DeviceIndex device = dst.device().index();
     auto& stream = current_stream(device);
+    // A small copy to an idle stream is done at the call (Note [Small ops on an idle stream]).
+    const bool queue = asynchronous() && !runs_at_call_when_idle(int64_t(bytes), device);
     if (plain) {
       auto target = buffer_ref_of(dst.storage());
       neuron_rt::BufferRef hold = non_blocking ? pinned_buffer_at(self.storage().data()) : neuron_rt::BufferRef();
@@ -134,6 +135,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   }
   // device to device (same core, or another core of the instance)
   const c10::DeviceIndex device = dst.device().index();
+  const bool queue = asynchronous() && !runs_at_call_when_idle(int64_t(bytes) * 2, device);
   if (self.device().index() != device) run_here_on(self.device().index());
   if (plain) {
     NEURON_RT_CALL(neuron_rt::copy_device_to_device(current_stream(device), buffer_ref_of(dst.storage()),

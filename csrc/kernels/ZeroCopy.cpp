@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -106,6 +107,20 @@ void DeviceCheck::add(const at::Tensor& tensor, const char* op_name, bool allow_
 }
 
 bool asynchronous() { return !runtime().launch_blocking(); }
+
+int64_t inline_bytes_limit() {
+  static const int64_t limit = [] {
+    const char* value = std::getenv("NEURON_SIM_INLINE_BYTES");
+    return value && *value ? std::max<int64_t>(0, std::atoll(value)) : int64_t(64) << 10;
+  }();
+  return limit;
+}
+
+bool runs_at_call_when_idle(int64_t bytes, c10::DeviceIndex device) {
+  if (bytes > inline_bytes_limit()) return false;
+  const neuron_rt::Stream& stream = current_stream(device);
+  return stream.query() && !stream.failure();
+}
 
 c10::DeviceIndex run_here_on(c10::DeviceIndex device) {
   auto& rt = runtime();
@@ -782,6 +797,26 @@ std::vector<at::Tensor> allocate_outputs(const MetaEntry& meta, c10::DeviceIndex
   return outputs;
 }
 
+// Note [Small ops on an idle stream]: the operands and the outputs the meta kernel gave.
+bool runs_inline_when_idle(const MetaEntry& meta, const c10::IValue* arguments, size_t count,
+                           c10::DeviceIndex device) {
+  const int64_t limit = inline_bytes_limit();
+  if (limit == 0) return false;
+  int64_t bytes = 0;
+  auto add = [&](int64_t numel, at::ScalarType dtype) { bytes += numel * int64_t(c10::elementSize(dtype)); };
+  for (size_t i = 0; i < count && bytes <= limit; ++i) {
+    for_each_tensor(arguments[i], [&](const at::Tensor& t) {
+      if (t.defined()) add(t.numel(), t.scalar_type());
+    });
+  }
+  for (const auto& metas : meta.outputs) {
+    for (const TensorMeta& t : metas) {
+      if (t.defined) add(c10::multiply_integers(t.sizes), t.dtype);
+    }
+  }
+  return runs_at_call_when_idle(bytes, device);
+}
+
 void enqueue(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin,
              c10::DeviceIndex device, const MetaEntry& meta_entry) {
   const MetaEntry* meta = &meta_entry;
@@ -869,7 +904,12 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         auto it = plan.verified.find(meta->dtype_key);
         if (it != plan.verified.end()) verdict = it->second;
       }
-      if (verdict && *verdict == kQueue) return enqueue(plan, op, stack, begin, device, *meta);
+      if (verdict && *verdict == kQueue) {
+        if (runs_inline_when_idle(*meta, arguments, num_arguments, device)) {
+          return run_inline(plan, op, stack, begin, device, /*drain=*/true);  // raises a sticky error
+        }
+        return enqueue(plan, op, stack, begin, device, *meta);
+      }
       if (!verdict) {  // first call of this dtype signature: inline, and compare with the meta kernel
         std::vector<at::Tensor> resized;
         for (const auto& entry : meta->resized) resized.push_back(arguments[entry.first].toTensor());

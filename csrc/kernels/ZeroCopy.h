@@ -83,6 +83,25 @@ c10::DeviceIndex run_here_on(c10::DeviceIndex device);
 // True with NEURON_LAUNCH_BLOCKING=0.
 bool asynchronous();
 
+// Note [Small ops on an idle stream]
+// Handing an op to the stream's worker costs the calling thread about what running a small
+// kernel costs (output metadata, fresh views, the task, a wake-up), and costs the worker a
+// wake-up and frees of memory the calling thread allocated. For an op touching little
+// memory, queued behind nothing, that is pure overhead (measured: decode of the demo model
+// ran slower asynchronous than launch-blocking, much slower on a busy machine where the two
+// threads share a core). In asynchronous mode such an op runs at the call instead, on the
+// direct path where it has one: its stream has nothing pending, so the order of work is the
+// same as queued; its errors are raised at the call, as with launch-blocking. Ops touching
+// more memory, and every op while its stream has work, are queued. The estimate counts the
+// operands (and, where the meta kernel gave them, the outputs); a broadcast of two small
+// operands into a large output may run at the call, which changes where it runs, not what
+// it computes. NEURON_SIM_INLINE_BYTES sets the limit (default 64 KiB; 0 queues every op
+// that can be queued).
+int64_t inline_bytes_limit();
+// True when `bytes` is within the limit and the current stream of `device` has nothing
+// pending and has not failed.
+bool runs_at_call_when_idle(int64_t bytes, c10::DeviceIndex device);
+
 // Per call on the calling thread: host views of the kernel's neuron inputs and where each
 // came from; maps the CPU kernel's outputs back to neuron tensors (steps 1 and 3 of the
 // Note). Its guard scope (Note [Memory guard]) opens the operands while the call lives.

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -45,6 +46,48 @@ TEST_P(StreamModes, CopiesAreOrderedWithWorkAndHoldTheirBuffers) {
   EXPECT_EQ(back[0], 3.0f);
   EXPECT_EQ(back[1023], 3.0f);
   EXPECT_THROW(copy_host_to_device(stream, copy, 0, host.data(), BufferRef(), 4, false), Error);
+}
+
+TEST(StreamAsync, BlockingUploadToAnIdleStreamIsDoneByTheCaller) {
+  Stream stream(0, 0, /*launch_blocking=*/false);
+  DeviceMemory memory(0, 1 << 20, MemoryBacking::kAnonymous, false, {&stream});
+  BufferRef device = BufferRef::adopt(memory.allocate(16));
+  const float host[4] = {1, 2, 3, 4};
+  copy_host_to_device(stream, device, 0, host, BufferRef(), sizeof host, /*blocking=*/true);
+  EXPECT_EQ(stream.enqueued(), 0u);  // nothing pending: no hand-off to the worker
+  EXPECT_EQ(static_cast<float*>(device->data())[3], 4.0f);
+  // Behind pending work the copy is queued, in order: it lands after the task.
+  stream.enqueue([device] {
+    static_cast<float*>(device->data())[0] = -1.0f;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  });
+  const float again[4] = {5, 6, 7, 8};
+  copy_host_to_device(stream, device, 0, again, BufferRef(), sizeof again, /*blocking=*/true);
+  EXPECT_EQ(stream.enqueued(), 2u);
+  EXPECT_EQ(static_cast<float*>(device->data())[0], 5.0f);
+  // A failed stream refuses the copy with its error, idle or not.
+  stream.enqueue([] { throw std::runtime_error("boom"); });
+  EXPECT_THROW(stream.synchronize(), Error);
+  EXPECT_THROW(copy_host_to_device(stream, device, 0, host, BufferRef(), sizeof host, /*blocking=*/true), Error);
+  EXPECT_EQ(static_cast<float*>(device->data())[0], 5.0f);  // not written
+}
+
+TEST(StreamAsync, AWaiterIsWokenAtItsMarkerNotPerTask) {
+  // A host wait behind a long queue: the worker notifies once the awaited marker is
+  // reached, not for every task it drains (measured as waits that blocked, and correctness
+  // of a wait for an early marker while a later one is awaited too).
+  Stream stream(0, 0, /*launch_blocking=*/false);
+  std::atomic<int> ran{0};
+  stream.enqueue([] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
+  const uint64_t early = stream.marker();
+  for (int i = 0; i < 2000; ++i) stream.enqueue([&ran] { ran++; });
+  const uint64_t late = stream.marker();
+  std::thread late_waiter([&] { EXPECT_TRUE(stream.wait_for(late, std::chrono::seconds(10))); });
+  EXPECT_TRUE(stream.wait_for(early, std::chrono::seconds(10)));
+  EXPECT_TRUE(stream.reached(early));
+  late_waiter.join();
+  EXPECT_EQ(ran.load(), 2000);
+  EXPECT_TRUE(stream.query());
 }
 
 TEST_P(StreamModes, ManyThreadsEnqueueAtOnce) {
