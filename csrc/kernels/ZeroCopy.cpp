@@ -997,10 +997,18 @@ std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tenso
   }
   const TensorBody body = wide && compute_64bit_as_32bit() ? narrowed_body(given) : given;
   const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(runtime().current_device());
-  // The outputs' metadata, for a queued kernel: the body run on meta tensors.
+  // The outputs' metadata, for a queued kernel: the body run on meta tensors (not cached by
+  // operand sizes: what a body captures, a convolution's padding, a histogram's bins, also
+  // shapes its outputs). A small call on an idle stream runs at the call instead (Note
+  // [Small ops on an idle stream]), without the meta run.
   std::vector<at::Tensor> meta_results;
   bool queue = asynchronous() && !random;
   std::optional<bool> verdict;
+  if (queue) {
+    int64_t bytes = 0;
+    for (const at::Tensor& t : inputs) bytes += t.defined() ? int64_t(t.numel()) * int64_t(t.element_size()) : 0;
+    queue = !runs_at_call_when_idle(bytes, device);
+  }
   if (queue) {
     {
       std::lock_guard<std::mutex> lock(g_kernel_verdicts_mutex);
