@@ -147,6 +147,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--compile-rounds", type=int, default=1)
     args = parser.parse_args()
+    load_at_start = os.getloadavg()[0]
     rows = []
 
     n, c = side_by_side(small_op, args.repeats)
@@ -197,7 +198,9 @@ def main():
         f"Machine: {platform.machine()}, {os.cpu_count()} cores ({os.environ['OMP_NUM_THREADS']} compute thread per "
         f"process), torch {torch.__version__}, "
         f"launch-blocking={torch_neuronx._sim._C.launch_blocking()}, "
-        f"{time.strftime('%Y-%m-%d')}.",
+        f"{time.strftime('%Y-%m-%d')}; load average (1 min) at start {load_at_start:.2f}, at end "
+        f"{os.getloadavg()[0]:.2f} (other work on these 2 cores slows the asynchronous side most: its "
+        f"worker thread needs the second core).",
         "",
         "| benchmark | neuron | cpu | neuron/cpu throughput | note |",
         "|---|---|---|---|---|",
@@ -230,6 +233,10 @@ def main():
         "The asynchronous rows compare the device with itself (NEURON_LAUNCH_BLOCKING=0 against 1,",
         "child processes alternating): the `cpu` column holds the launch-blocking figure there.",
         "Generate reads one value per step (its stopping check), so about one host wait per token.",
+        "Asynchronous mode runs small ops on an idle stream at the call (README, NEURON_SIM_INLINE_BYTES):",
+        "the demo model's decode is mostly such ops, so both sides do nearly the same work on the",
+        "calling thread; the queued ones (matmuls with larger weights, the vocabulary projection)",
+        "overlap with Python only until the next value is read.",
     ]
     with open(args.output, "w") as handle:
         handle.write("\n".join(lines) + "\n")
