@@ -498,32 +498,69 @@ def fresh_dynamo(tmp_path, monkeypatch):
     torch._dynamo.reset()
 
 
+def compiled_layer_run(kind, layers, bidirectional, initial, dtype):
+    """(run(module, device, dtype), (CPU module, neuron module), compiled neuron module) for a
+    compiled layer: Dynamo traces RNNs (allow_rnn; by default it runs them eagerly)."""
+    cpu, dev = make_pair(lambda: getattr(nn, kind)(INPUT, HIDDEN, num_layers=layers, bidirectional=bidirectional),
+                         dtype)
+    g = torch.Generator().manual_seed(6)
+    states = layers * (2 if bidirectional else 1)
+    x = torch.randn(SEQ, BATCH, INPUT, generator=g)
+    h0 = torch.randn(states, BATCH, HIDDEN, generator=g)
+    state = (h0, torch.randn(states, BATCH, HIDDEN, generator=g)) if kind == "LSTM" else h0
+    compiled = torch.compile(dev, backend="neuron", fullgraph=True)
+
+    def run(module, device, run_dtype, use_compiled=True):
+        xi = leaf(x, device, run_dtype).requires_grad_()
+        s = tuple(leaf(t, device, run_dtype) for t in state) if kind == "LSTM" else leaf(state, device, run_dtype)
+        out, _ = (compiled if device == "neuron" and use_compiled else module)(xi, *([s] if initial else []))
+        return [out], torch.autograd.grad(out.float().pow(2).sum(), [xi] + list(module.parameters()))
+
+    return run, (cpu, dev)
+
+
+LAYER_SHAPES = [(1, False), (1, True), (2, False), (2, True)]
+
+
+@pytest.mark.parametrize("layers,bidirectional", LAYER_SHAPES,
+                         ids=[f"{n}layer-{'bi' if b else 'uni'}" for n, b in LAYER_SHAPES])
 @pytest.mark.parametrize("initial", [True, False], ids=["h0", "noh0"])
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
-def test_compiled_recurrent_layer_matches_cpu(kind, initial, fresh_dynamo):
-    """With Dynamo tracing RNNs (allow_rnn; by default it runs them eagerly) the graph holds the
-    fused cells, which the compiler decomposes into the ops their kernels compute
-    (compile/decompositions.py): forward and backward equal CPU's."""
+def test_compiled_recurrent_layer_matches_cpu(kind, initial, layers, bidirectional, fresh_dynamo):
+    """With Dynamo tracing RNNs the graph holds the fused cells, which the compiler decomposes
+    into the ops their kernels compute (compile/decompositions.py): forward and backward equal
+    CPU's. Without an initial state the zero state is a folded constant that a one-layer
+    LSTM's forward saves for its backward (review 11, finding 2): it must reach the backward
+    graph on the device."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    cpu, dev = make_pair(lambda: getattr(nn, kind)(INPUT, HIDDEN, num_layers=2, bidirectional=True), torch.float32)
-    g = torch.Generator().manual_seed(6)
-    x = torch.randn(SEQ, BATCH, INPUT, generator=g)
-    h0 = torch.randn(4, BATCH, HIDDEN, generator=g)
-    state = (h0, torch.randn(4, BATCH, HIDDEN, generator=g)) if kind == "LSTM" else h0
     counters.clear()
     with torch._dynamo.config.patch(allow_rnn=True):
-        compiled = torch.compile(dev, backend="neuron", fullgraph=True)
-
-        def run(module, device, dtype):
-            xi = leaf(x, device, dtype).requires_grad_()
-            s = tuple(leaf(t, device, dtype) for t in state) if kind == "LSTM" else leaf(state, device, dtype)
-            out, _ = (compiled if device == "neuron" else module)(xi, *([s] if initial else []))
-            return [out], torch.autograd.grad(out.pow(2).sum(), [xi] + list(module.parameters()))
-
-        compare(run, (cpu, dev), torch.float32)
+        run, modules = compiled_layer_run(kind, layers, bidirectional, initial, torch.float32)
+        compare(run, modules, torch.float32)
     assert counters["neuron"]["compiled_graphs"] >= 1
+
+
+@pytest.mark.parametrize("layers,bidirectional", [(1, False), (2, True)], ids=["1layer-uni", "2layer-bi"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_compiled_half_layer_matches_eager(kind, dtype, layers, bidirectional, fresh_dynamo):
+    """bfloat16 and float16 compiled layers (no initial state) against the eager neuron layer:
+    outputs and gradients equal within a few units of the dtype's last place (the compiled
+    program fuses pointwise ops, which round less often than the eager ops)."""
+    import torch._dynamo
+
+    with torch._dynamo.config.patch(allow_rnn=True):
+        run, (_, dev) = compiled_layer_run(kind, layers, bidirectional, False, dtype)
+        got_out, got_grads = run(dev, "neuron", dtype)
+        want_out, want_grads = run(dev, "neuron", dtype, use_compiled=False)
+    eps = torch.finfo(dtype).eps
+    for i, (got, want) in enumerate(zip(got_out + list(got_grads), want_out + list(want_grads))):
+        assert got.device.type == "neuron" and got.dtype == want.dtype == dtype, i
+        scale = want.float().abs().max().clamp_min(1).item()
+        torch.testing.assert_close(got.float().cpu(), want.float().cpu(), atol=4 * eps * scale, rtol=4 * eps,
+                                   msg=lambda m: f"result {i}: {m}")
 
 
 def test_compiled_cells_match_the_kernels(fresh_dynamo):
