@@ -391,9 +391,49 @@ def test_fused_cells_check_their_arguments():
         torch.ops.aten._thnn_fused_gru_cell_backward(torch.randn(2, 2, device=d), torch.randn(2, 9, device=d), True)
     with pytest.raises(RuntimeError, match="same device|neuron"):
         torch.ops.aten._thnn_fused_lstm_cell(torch.randn(2, 8, device=d), torch.randn(2, 8), torch.randn(2, 2))
+    # The LSTM backward's workspace: CUDA checks its dimensions and element count only and reads
+    # it as [B, 4H]; so does the kernel (a [8, 2] workspace once crashed the process: review 11).
+    grad, cx = torch.randn(2, 2, device=d), torch.randn(2, 2, device=d)
+    _, cy, workspace = torch.ops.aten._thnn_fused_lstm_cell(torch.randn(2, 8, device=d), torch.randn(2, 8, device=d), cx)
+    want = torch.ops.aten._thnn_fused_lstm_cell_backward_impl(grad, None, cx, cy, workspace, True)
+    for shape in [(8, 2), (16, 1), (1, 16)]:
+        got = torch.ops.aten._thnn_fused_lstm_cell_backward_impl(grad, None, cx, cy, workspace.reshape(shape), True)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.cpu(), w.cpu(), atol=0, rtol=0)
+    with pytest.raises(RuntimeError, match=r"2-D workspace of 16 elements .*\[2, 8\].*got \[2, 4\]"):
+        torch.ops.aten._thnn_fused_lstm_cell_backward_impl(grad, None, cx, cy, workspace[:, :4], True)
+    with pytest.raises(RuntimeError, match="2-D workspace"):
+        torch.ops.aten._thnn_fused_lstm_cell_backward_impl(grad, None, cx, cy, workspace.reshape(2, 2, 4), True)
+    zero = torch.randn(0, 2, device=d)
+    assert torch.ops.aten._thnn_fused_lstm_cell_backward_impl(zero, None, zero, zero, torch.randn(0, 1, device=d),
+                                                             True)[0].shape == (0, 8)
     # module-level errors are PyTorch's own, raised before any cell runs
     with pytest.raises(RuntimeError, match="input.size\\(-1\\) must be equal to input_size"):
         nn.LSTM(INPUT, HIDDEN).to(d)(torch.randn(SEQ, BATCH, INPUT + 1, device=d))
+
+
+def test_fused_cells_return_contiguous_outputs_for_any_layout():
+    """CUDA allocates every output of the fused cells contiguous (RNN.cu); the kernels must not
+    pass on the layout of transposed operands (review 11, finding 9)."""
+    d, ops = "neuron", torch.ops.aten
+    B, H = 3, 5
+    ig, hg = torch.randn(4 * H, B, device=d).t(), torch.randn(4 * H, B, device=d).t()
+    state = torch.randn(H, B, device=d).t()
+    b1, b2 = torch.randn(4 * H, device=d), torch.randn(4 * H, device=d)
+    for bias in ((), (b1, b2)):
+        hy, cy, ws = ops._thnn_fused_lstm_cell(ig, hg, state, *bias)
+        want = ops._thnn_fused_lstm_cell(ig.contiguous(), hg.contiguous(), state.contiguous(), *bias)
+        lstm_back = ops._thnn_fused_lstm_cell_backward_impl(torch.randn(H, B, device=d).t(),
+                                                             torch.randn(H, B, device=d).t(), state, cy, ws, bool(bias))
+        gy, gws = ops._thnn_fused_gru_cell(ig[:, :3 * H], hg[:, :3 * H], state, *[b[:3 * H] for b in bias])
+        gru_back = ops._thnn_fused_gru_cell_backward(torch.randn(H, B, device=d).t(), gws, bool(bias))
+        results = {"lstm hy": hy, "lstm cy": cy, "lstm workspace": ws, "gru hy": gy, "gru workspace": gws}
+        results.update({f"lstm backward {i}": t for i, t in enumerate(lstm_back) if t is not None})
+        results.update({f"gru backward {i}": t for i, t in enumerate(gru_back) if t is not None})
+        for name, t in results.items():
+            assert t.is_contiguous(), f"{name}: strides {t.stride()}"
+        for got, w in zip((hy, cy, ws), want):
+            torch.testing.assert_close(got.cpu(), w.cpu(), atol=0, rtol=0)
 
 
 def test_fused_cells_are_reported_as_torchneurons_fallbacks():
