@@ -215,6 +215,50 @@ def test_batch_norm_gather_stats(running_dtype):
     torch.testing.assert_close(invstd.cpu().double(), (want_var + eps).rsqrt(), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("given", ["running_mean", "running_var"])
+def test_batch_norm_gather_stats_updates_either_running_statistic_alone(given, tmp_path, monkeypatch):
+    """CUDA's batch_norm_reduce_statistics_kernel updates each running statistic that is given,
+    the other may be None (review 11, finding 6); eager and compiled alike."""
+    import torch._dynamo
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(6, 3, 4, generator=g) * 2 + 1
+    momentum, n = 0.5, 24
+    want = {"running_mean": 0.5 * x.double().mean((0, 2)),
+            "running_var": 0.5 + 0.5 * x.double().var((0, 2))}[given]
+
+    def gather(x, mean, invstd, stat, counts):
+        running = (stat, None) if given == "running_mean" else (None, stat)
+        return torch.batch_norm_gather_stats_with_counts(x, mean[None], invstd[None], *running, momentum, 1e-5,
+                                                         counts)
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff_cache"))
+    torch._dynamo.reset()
+    for fn in (gather, torch.compile(gather, backend="neuron", fullgraph=True)):
+        mean, invstd = torch.batch_norm_stats(x.to(D), 1e-5)
+        stat = torch.zeros(3, device=D) if given == "running_mean" else torch.ones(3, device=D)
+        fn(x.to(D), mean, invstd, stat, torch.tensor([float(n)], device=D))
+        torch.testing.assert_close(stat.cpu().double(), want, atol=1e-5, rtol=1e-5)
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match=f"expected {given} of 3 elements .*got \\[4\\]"):
+        gather(x.to(D), mean, invstd, torch.zeros(4, device=D), torch.tensor([float(n)], device=D))
+
+
+def test_batch_norm_elemt_out_on_another_device_is_refused():
+    """out= on the CPU (also 0-dim) or on another NeuronCore raises CUDA's device error, as
+    every generic op's out= does, instead of being written silently (review 11, finding 7)."""
+    x = torch.randn(4, 3, 5, device=D)
+    mean, invstd = torch.batch_norm_stats(x, 1e-5)
+    for out in (torch.empty(0), torch.empty(()), torch.empty(0, device="neuron:1")):
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*neuron:0 and "
+                                               f"{out.device}.*batch_norm_elemt.out"):
+            torch.batch_norm_elemt(x, None, None, mean, invstd, 1e-5, out=out)
+        assert out.shape != x.shape  # not resized, not written
+    out = torch.empty(0, device=D)
+    torch.batch_norm_elemt(x, None, None, mean, invstd, 1e-5, out=out)
+    torch.testing.assert_close(out.cpu(), torch.batch_norm_elemt(x, None, None, mean, invstd, 1e-5).cpu())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_batch_norm_backward_reduce_and_elemt_give_batch_norms_gradients(dtype):
     g = torch.Generator().manual_seed(2)

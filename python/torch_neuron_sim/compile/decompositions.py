@@ -130,8 +130,9 @@ def _gather_stats(mean, invstd, running_mean, running_var, momentum, eps, counts
     avg = (mean * count).sum(0) / n
     std = invstd.reciprocal()
     var_n = ((std * std - eps) * count).sum(0) + ((mean - avg) * (mean - avg) * count).sum(0)
-    if running_mean is not None:
+    if running_mean is not None:  # each running statistic is updated when given, as on CUDA
         running_mean.copy_(_widened(running_mean) * (1 - momentum) + avg * momentum)
+    if running_var is not None:
         running_var.copy_(_widened(running_var) * (1 - momentum) + var_n / (n - 1) * momentum)
     return avg, (var_n / n + eps).rsqrt()
 
