@@ -126,6 +126,27 @@ def test_an_op_with_no_kernel_anywhere_but_cuda_names_itself():
         torch.mm(a, b, out_dtype=torch.float32)
 
 
+def test_ctc_loss_tensor_overloads_accept_cpu_lengths_only():
+    """_ctc_loss.Tensor / _ctc_loss_backward.Tensor read the lengths on the host, so CPU lengths
+    are accepted (as on CUDA); CPU log_probs or targets are not: CUDA's kernel checks that they
+    share a device (review 11, finding 8)."""
+    torch.manual_seed(0)
+    lp, tg = torch.randn(12, 2, 5).log_softmax(2), torch.randint(1, 5, (2, 4))
+    il, tl = torch.tensor([12, 12]), torch.tensor([4, 3])
+    loss, alpha = torch.ops.aten._ctc_loss.Tensor(lp.to(D), tg.to(D), il, tl)
+    want_loss, want_alpha = torch.ops.aten._ctc_loss.Tensor(lp, tg, il, tl)
+    torch.testing.assert_close(loss.cpu(), want_loss, atol=1e-5, rtol=1e-5)
+    grad = torch.ops.aten._ctc_loss_backward.Tensor(torch.ones(2, device=D), lp.to(D), tg.to(D), il, tl, loss,
+                                                   alpha, 0)
+    assert grad.device.type == "neuron"
+    for log_probs, targets in ((lp, tg.to(D)), (lp.to(D), tg)):
+        with pytest.raises(RuntimeError, match=r"same device.*neuron:0 and cpu.*_ctc_loss.Tensor"):
+            torch.ops.aten._ctc_loss.Tensor(log_probs, targets, il, tl)
+        with pytest.raises(RuntimeError, match=r"same device.*neuron:0 and cpu.*_ctc_loss_backward.Tensor"):
+            torch.ops.aten._ctc_loss_backward.Tensor(torch.ones(2, device=D), log_probs, targets, il, tl, loss,
+                                                     alpha, 0)
+
+
 # ---- SyncBatchNorm's ops ---------------------------------------------------------------------------
 
 def reference_stats(x):

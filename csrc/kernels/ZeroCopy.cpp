@@ -234,7 +234,7 @@ struct OpPlan {
   bool view = false;               // returns an alias it does not write
   bool tensor_returns = true;      // every return is a Tensor or a Tensor[]
   bool on_device = true;           // TorchNeuron runs it on the device (else: on the CPU, in 64 bits)
-  bool allow_cpu_tensors = false;  // CPU tensors accepted (index ops, CTC lengths)
+  std::vector<bool> allows_cpu;    // per argument: CPU tensors accepted (indices of index ops, CTC lengths)
   std::vector<bool> is_generator;  // per argument: Generator? type
   std::vector<bool> is_written;    // per argument: written by the op (in-place, out=)
   // per argument: its value can change output dtypes or which outputs exist (a dtype, a
@@ -311,12 +311,17 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
     plan->write_alias_of.push_back(index);
     plan->tensor_returns = plan->tensor_returns && is_tensor_type(ret.type());
   }
-  // CPU tensors accepted as on CUDA: indices of index ops; the lengths of the CTC loss and its
-  // backward (their Tensor overloads read them on the host; F.ctc_loss is commonly given CPU
-  // lengths).
-  plan->allow_cpu_tensors = name.name.rfind("aten::index", 0) == 0 || name.name == "aten::_index_put_impl_" ||
-                            ((name.name == "aten::_ctc_loss" || name.name == "aten::_ctc_loss_backward") &&
-                             name.overload_name.rfind("Tensor", 0) == 0);
+  // CPU tensors accepted as on CUDA: every argument of the index ops (their indices); the
+  // lengths of the CTC loss and its backward, and only those (their Tensor overloads read the
+  // lengths on the host, F.ctc_loss is commonly given CPU lengths; CUDA's kernel then checks
+  // that log_probs and targets are on one device).
+  const bool index_op = name.name.rfind("aten::index", 0) == 0 || name.name == "aten::_index_put_impl_";
+  const bool ctc_loss = (name.name == "aten::_ctc_loss" || name.name == "aten::_ctc_loss_backward") &&
+                        name.overload_name.rfind("Tensor", 0) == 0;
+  for (const auto& argument : arguments) {
+    const bool length = argument.name() == "input_lengths" || argument.name() == "target_lengths";
+    plan->allows_cpu.push_back(index_op || (ctc_loss && length));
+  }
   std::unique_lock<std::shared_mutex> lock(mutex);
   auto& slot = (*plans)[schema];
   if (!slot) slot = std::move(plan);
@@ -878,7 +883,7 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t i = 0; i < num_arguments; ++i) {
     const c10::IValue& value = (*stack)[begin + i];
     if (value.isTensor() || list_has_tensors(value)) {
-      for_each_tensor(value, [&](const at::Tensor& t) { check.add(t, plan.name.c_str(), plan.allow_cpu_tensors); });
+      for_each_tensor(value, [&](const at::Tensor& t) { check.add(t, plan.name.c_str(), plan.allows_cpu[i]); });
     } else if (value.isDevice() && value.toDevice().type() == kNeuron && check.device < 0) {
       check.device = value.toDevice().has_index() ? value.toDevice().index()
                                                   : c10::DeviceIndex(runtime().current_device());
