@@ -309,6 +309,37 @@ def test_batch_norm_backward_reduce_and_elemt_give_batch_norms_gradients(dtype):
     assert none[0] is None and none[1] is None and none[2] is None and none[3].shape == (3,)
 
 
+def test_float64_operands_do_not_widen_float32_results():
+    """Result dtypes follow CUDA's contract when float64 and float32 operands mix (the call then
+    runs in 64 bits, Note [64-bit as 32-bit]): batch_norm_elemt and batch_norm_backward_elemt
+    return the input's dtype, gather_stats the mean's, backward_reduce's weight gradients the
+    weight's (review 11, finding 5)."""
+    g = torch.Generator().manual_seed(5)
+    x, dy = torch.randn(4, 3, 5, generator=g), torch.randn(4, 3, 5, generator=g)
+    w, b = torch.randn(3, generator=g, dtype=torch.float64), torch.randn(3, generator=g, dtype=torch.float64)
+    eps, shape = 1e-5, (1, 3, 1)
+    mean, invstd = torch.batch_norm_stats(x.to(D), eps)
+    out = torch.batch_norm_elemt(x.to(D), w.to(D), b.to(D), mean, invstd, eps)
+    assert out.dtype == torch.float32
+    want = (x.double() - mean.cpu().double().view(shape)) * invstd.cpu().double().view(shape) * w.view(shape) + \
+        b.view(shape)
+    torch.testing.assert_close(out.cpu(), want.float(), atol=1e-5, rtol=1e-5)
+    rm, rv = torch.zeros(3, dtype=torch.float64, device=D), torch.ones(3, dtype=torch.float64, device=D)
+    gm, gi = torch.batch_norm_gather_stats_with_counts(x.to(D), mean[None], invstd[None], rm, rv, 0.5, eps,
+                                                       torch.tensor([20.0], dtype=torch.float64, device=D))
+    assert gm.dtype == gi.dtype == torch.float32 and rm.dtype == rv.dtype == torch.float64
+    torch.testing.assert_close(rm.cpu(), 0.5 * x.double().mean((0, 2)), atol=1e-6, rtol=1e-6)
+    sum_dy, sum_dy_xmu, _, _ = torch.batch_norm_backward_reduce(dy.to(D), x.to(D), mean, invstd, None, True, False,
+                                                                False)
+    gx = torch.batch_norm_backward_elemt(dy.to(D), x.to(D), mean, invstd, w.to(D), sum_dy, sum_dy_xmu,
+                                         torch.tensor([20], dtype=torch.int32, device=D))
+    assert gx.dtype == torch.float32
+    xd, dyd = x.double().to(D), dy.double().to(D)
+    mean64, invstd64 = torch.batch_norm_stats(xd, eps)
+    reduced = torch.batch_norm_backward_reduce(dyd, xd, mean64, invstd64, w.float().to(D), True, True, True)
+    assert [t.dtype for t in reduced] == [torch.float64, torch.float64, torch.float32, torch.float32]
+
+
 def sync_batch_norm_step(x, dtype, world):
     """SyncBatchNorm's autograd function on neuron, in a simulated group of `world` ranks that
     all hold `x` (the collectives are replaced by their single-process results). Returns the

@@ -212,10 +212,9 @@ FourTensors batch_norm_backward_reduce(const at::Tensor& grad_out, const at::Ten
     TORCH_CHECK(grad_out.sizes() == input.sizes(), "batch_norm_backward_reduce: grad_out ", grad_out.sizes(),
                 " and input ", input.sizes(), " differ in size");
     TORCH_CHECK(mean.scalar_type() == invstd.scalar_type(), "mean and invstd need to have the same data types");
-    const at::Tensor& w = value_or_undefined(weight);
-    // grad_weight and grad_bias take the weight's dtype (the input's without a weight).
-    const at::ScalarType param_type = w.defined() ? w.scalar_type() : input.scalar_type();
-    TensorBody body = [input_g, weight_g, bias_g, param_type](const std::vector<at::Tensor>& in) {
+    TensorBody body = [input_g, weight_g, bias_g](const std::vector<at::Tensor>& in) {
+      // grad_weight and grad_bias take the weight's dtype (the input's without a weight).
+      const at::ScalarType param_type = in[4].defined() ? in[4].scalar_type() : in[1].scalar_type();
       const int64_t dims = in[1].dim();
       const auto reduced = reduced_dims(dims);
       const at::ScalarType stat_type = in[2].scalar_type();
@@ -232,7 +231,8 @@ FourTensors batch_norm_backward_reduce(const at::Tensor& grad_out, const at::Ten
       if (bias_g) results[3] = sum_dy.to(param_type);
       return results;
     };
-    auto r = run_kernel("aten::batch_norm_backward_reduce", {grad_out, input, mean, invstd}, body);
+    auto r = run_kernel("aten::batch_norm_backward_reduce", {grad_out, input, mean, invstd, value_or_undefined(weight)},
+                        body);
     return {r[0], r[1], r[2], r[3]};
   });
 }

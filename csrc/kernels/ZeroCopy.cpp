@@ -366,6 +366,26 @@ void for_each_tensor(const c10::IValue& value, Fn fn) {
 
 // ---- running the CPU kernel on host views ----------------------------------------------------
 
+// True when the tensors `for_each(fn)` visits mix a 64-bit tensor with a 32-bit one of the
+// same kind (float64 and float32, int64 and int32; wrapped Python numbers aside): narrowing
+// would make their dtypes equal, hiding the kernel's dtype checks (mm's "expected m1 and m2 to
+// have the same dtype") and its type promotion (a float32 tensor and a 0-dim float64 one make
+// float32, which the widening would turn into float64). Such a call runs in 64 bits (Note
+// [64-bit as 32-bit]).
+template <typename ForEachTensor>
+bool mixes_widths(ForEachTensor for_each) {
+  bool wide_float = false, wide_int = false, narrow_float = false, narrow_int = false;
+  for_each([&](const at::Tensor& t) {
+    if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return;
+    const auto type = t.scalar_type();
+    wide_float |= type == at::kDouble;
+    wide_int |= type == at::kLong;
+    narrow_float |= type == at::kFloat;
+    narrow_int |= type == at::kInt;
+  });
+  return (wide_float && narrow_float) || (wide_int && narrow_int);
+}
+
 // Runs `op` on host arguments (neuron tensors replaced by host views) with Note [64-bit as
 // 32-bit]; the call's device is `device` (the redirect is the caller's). Returns the CPU
 // results. When `outputs` is given (queued functional ops), the results are written into
@@ -376,8 +396,13 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
   const Narrowing& rule = *plan.narrowing;
   bool narrowed_float = false, narrowed_int = false;
   torch::jit::Stack wide;  // the arguments before narrowing, when narrowed
+  const bool mixed = mixes_widths([&](const auto& fn) {
+    for (size_t i = 0; i < num_arguments; ++i) {
+      if (rule.value_argument[i]) for_each_tensor(args[i], fn);
+    }
+  });
   if (plan.aten && plan.on_device && !rule.exact && compute_64bit_as_32bit() &&
-      scalars_fit_32bit(args.data(), num_arguments)) {
+      scalars_fit_32bit(args.data(), num_arguments) && !mixed) {
     auto narrow = [&](const at::Tensor& t) -> at::Tensor {
       if (!t.defined() || !is_64bit(t.scalar_type()) || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
       (t.scalar_type() == at::kDouble ? narrowed_float : narrowed_int) = true;
@@ -958,9 +983,12 @@ void enqueue_views(HostCall& call, std::function<void()> work) {
 
 namespace {
 // Note [64-bit as 32-bit] for a kernel body: 32-bit copies of its 64-bit inputs in, its 32-bit
-// results widened back (the body is also run on meta tensors, where this works alike).
+// results widened back (the body is also run on meta tensors, where this works alike). Inputs
+// mixing widths run as they are, in 64 bits: the body's own rules then give each result its
+// dtype (batch_norm_elemt's output stays float32 with float64 weights, as on CUDA).
 TensorBody narrowed_body(const TensorBody& body) {
   return [body](const std::vector<at::Tensor>& inputs) {
+    if (mixes_widths([&](const auto& fn) { std::for_each(inputs.begin(), inputs.end(), fn); })) return body(inputs);
     bool narrowed_float = false, narrowed_int = false;
     std::vector<at::Tensor> narrow;
     for (const at::Tensor& t : inputs) {
