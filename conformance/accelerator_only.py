@@ -186,5 +186,6 @@ def section() -> list[str]:
                "Found by the same survey and fixed: under a dispatch mode (an op census, for one) "
                "F.ctc_loss takes its composite path, `_ctc_loss.Tensor`, which CUDA runs with CPU length "
                "tensors (the usual way to pass them; cuDNN requires it); neuron refused them as a mix of "
-               "devices and now accepts them, as CUDA does.\n")
+               "devices and now accepts them, as CUDA does (the lengths only: CPU `log_probs` or "
+               "`targets` are refused, as CUDA's kernel does).\n")
     return out

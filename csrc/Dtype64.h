@@ -16,6 +16,11 @@
 //    tensor) would wrap; such a call runs in 64 bits.
 //  - Outputs typed on request (a `dtype=` or `out_int32=` argument) are not widened.
 //  - When a kernel refuses the 32-bit form (raises), the call runs again in 64 bits.
+//  - A call mixing a 64-bit and a 32-bit operand of one kind (float64 and float32, int64 and
+//    int32; Python numbers aside) runs in 64 bits: narrowing would make the two dtypes equal,
+//    hiding the kernel's dtype checks (mm of float64 and float32 raises, as on the CPU) and
+//    its type promotion (a float32 tensor and a 0-dim float64 one make float32; an
+//    accelerator kernel's float32 output stays float32 with float64 weights, as on CUDA).
 #pragma once
 
 #include <ATen/core/function_schema.h>

@@ -126,6 +126,27 @@ def test_an_op_with_no_kernel_anywhere_but_cuda_names_itself():
         torch.mm(a, b, out_dtype=torch.float32)
 
 
+def test_ctc_loss_tensor_overloads_accept_cpu_lengths_only():
+    """_ctc_loss.Tensor / _ctc_loss_backward.Tensor read the lengths on the host, so CPU lengths
+    are accepted (as on CUDA); CPU log_probs or targets are not: CUDA's kernel checks that they
+    share a device (review 11, finding 8)."""
+    torch.manual_seed(0)
+    lp, tg = torch.randn(12, 2, 5).log_softmax(2), torch.randint(1, 5, (2, 4))
+    il, tl = torch.tensor([12, 12]), torch.tensor([4, 3])
+    loss, alpha = torch.ops.aten._ctc_loss.Tensor(lp.to(D), tg.to(D), il, tl)
+    want_loss, want_alpha = torch.ops.aten._ctc_loss.Tensor(lp, tg, il, tl)
+    torch.testing.assert_close(loss.cpu(), want_loss, atol=1e-5, rtol=1e-5)
+    grad = torch.ops.aten._ctc_loss_backward.Tensor(torch.ones(2, device=D), lp.to(D), tg.to(D), il, tl, loss,
+                                                   alpha, 0)
+    assert grad.device.type == "neuron"
+    for log_probs, targets in ((lp, tg.to(D)), (lp.to(D), tg)):
+        with pytest.raises(RuntimeError, match=r"same device.*neuron:0 and cpu.*_ctc_loss.Tensor"):
+            torch.ops.aten._ctc_loss.Tensor(log_probs, targets, il, tl)
+        with pytest.raises(RuntimeError, match=r"same device.*neuron:0 and cpu.*_ctc_loss_backward.Tensor"):
+            torch.ops.aten._ctc_loss_backward.Tensor(torch.ones(2, device=D), log_probs, targets, il, tl, loss,
+                                                     alpha, 0)
+
+
 # ---- SyncBatchNorm's ops ---------------------------------------------------------------------------
 
 def reference_stats(x):
@@ -215,6 +236,50 @@ def test_batch_norm_gather_stats(running_dtype):
     torch.testing.assert_close(invstd.cpu().double(), (want_var + eps).rsqrt(), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("given", ["running_mean", "running_var"])
+def test_batch_norm_gather_stats_updates_either_running_statistic_alone(given, tmp_path, monkeypatch):
+    """CUDA's batch_norm_reduce_statistics_kernel updates each running statistic that is given,
+    the other may be None (review 11, finding 6); eager and compiled alike."""
+    import torch._dynamo
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(6, 3, 4, generator=g) * 2 + 1
+    momentum, n = 0.5, 24
+    want = {"running_mean": 0.5 * x.double().mean((0, 2)),
+            "running_var": 0.5 + 0.5 * x.double().var((0, 2))}[given]
+
+    def gather(x, mean, invstd, stat, counts):
+        running = (stat, None) if given == "running_mean" else (None, stat)
+        return torch.batch_norm_gather_stats_with_counts(x, mean[None], invstd[None], *running, momentum, 1e-5,
+                                                         counts)
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff_cache"))
+    torch._dynamo.reset()
+    for fn in (gather, torch.compile(gather, backend="neuron", fullgraph=True)):
+        mean, invstd = torch.batch_norm_stats(x.to(D), 1e-5)
+        stat = torch.zeros(3, device=D) if given == "running_mean" else torch.ones(3, device=D)
+        fn(x.to(D), mean, invstd, stat, torch.tensor([float(n)], device=D))
+        torch.testing.assert_close(stat.cpu().double(), want, atol=1e-5, rtol=1e-5)
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match=f"expected {given} of 3 elements .*got \\[4\\]"):
+        gather(x.to(D), mean, invstd, torch.zeros(4, device=D), torch.tensor([float(n)], device=D))
+
+
+def test_batch_norm_elemt_out_on_another_device_is_refused():
+    """out= on the CPU (also 0-dim) or on another NeuronCore raises CUDA's device error, as
+    every generic op's out= does, instead of being written silently (review 11, finding 7)."""
+    x = torch.randn(4, 3, 5, device=D)
+    mean, invstd = torch.batch_norm_stats(x, 1e-5)
+    for out in (torch.empty(0), torch.empty(()), torch.empty(0, device="neuron:1")):
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*neuron:0 and "
+                                               f"{out.device}.*batch_norm_elemt.out"):
+            torch.batch_norm_elemt(x, None, None, mean, invstd, 1e-5, out=out)
+        assert out.shape != x.shape  # not resized, not written
+    out = torch.empty(0, device=D)
+    torch.batch_norm_elemt(x, None, None, mean, invstd, 1e-5, out=out)
+    torch.testing.assert_close(out.cpu(), torch.batch_norm_elemt(x, None, None, mean, invstd, 1e-5).cpu())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_batch_norm_backward_reduce_and_elemt_give_batch_norms_gradients(dtype):
     g = torch.Generator().manual_seed(2)
@@ -242,6 +307,37 @@ def test_batch_norm_backward_reduce_and_elemt_give_batch_norms_gradients(dtype):
     # only some outputs asked for
     none = torch.batch_norm_backward_reduce(dy.to(D), x.to(D), mean, invstd, None, False, False, True)
     assert none[0] is None and none[1] is None and none[2] is None and none[3].shape == (3,)
+
+
+def test_float64_operands_do_not_widen_float32_results():
+    """Result dtypes follow CUDA's contract when float64 and float32 operands mix (the call then
+    runs in 64 bits, Note [64-bit as 32-bit]): batch_norm_elemt and batch_norm_backward_elemt
+    return the input's dtype, gather_stats the mean's, backward_reduce's weight gradients the
+    weight's (review 11, finding 5)."""
+    g = torch.Generator().manual_seed(5)
+    x, dy = torch.randn(4, 3, 5, generator=g), torch.randn(4, 3, 5, generator=g)
+    w, b = torch.randn(3, generator=g, dtype=torch.float64), torch.randn(3, generator=g, dtype=torch.float64)
+    eps, shape = 1e-5, (1, 3, 1)
+    mean, invstd = torch.batch_norm_stats(x.to(D), eps)
+    out = torch.batch_norm_elemt(x.to(D), w.to(D), b.to(D), mean, invstd, eps)
+    assert out.dtype == torch.float32
+    want = (x.double() - mean.cpu().double().view(shape)) * invstd.cpu().double().view(shape) * w.view(shape) + \
+        b.view(shape)
+    torch.testing.assert_close(out.cpu(), want.float(), atol=1e-5, rtol=1e-5)
+    rm, rv = torch.zeros(3, dtype=torch.float64, device=D), torch.ones(3, dtype=torch.float64, device=D)
+    gm, gi = torch.batch_norm_gather_stats_with_counts(x.to(D), mean[None], invstd[None], rm, rv, 0.5, eps,
+                                                       torch.tensor([20.0], dtype=torch.float64, device=D))
+    assert gm.dtype == gi.dtype == torch.float32 and rm.dtype == rv.dtype == torch.float64
+    torch.testing.assert_close(rm.cpu(), 0.5 * x.double().mean((0, 2)), atol=1e-6, rtol=1e-6)
+    sum_dy, sum_dy_xmu, _, _ = torch.batch_norm_backward_reduce(dy.to(D), x.to(D), mean, invstd, None, True, False,
+                                                                False)
+    gx = torch.batch_norm_backward_elemt(dy.to(D), x.to(D), mean, invstd, w.to(D), sum_dy, sum_dy_xmu,
+                                         torch.tensor([20], dtype=torch.int32, device=D))
+    assert gx.dtype == torch.float32
+    xd, dyd = x.double().to(D), dy.double().to(D)
+    mean64, invstd64 = torch.batch_norm_stats(xd, eps)
+    reduced = torch.batch_norm_backward_reduce(dyd, xd, mean64, invstd64, w.float().to(D), True, True, True)
+    assert [t.dtype for t in reduced] == [torch.float64, torch.float64, torch.float32, torch.float32]
 
 
 def sync_batch_norm_step(x, dtype, world):

@@ -1,5 +1,8 @@
 """float64 / int64: stored as such, computed in 32 bits by default (as the real device),
 with NEURON_SIM_NATIVE_64BIT=1 to compute in 64 bits."""
+import re
+
+import pytest
 import torch
 import torch_neuronx
 
@@ -91,3 +94,56 @@ def test_convolution_and_attention_follow_the_64bit_rule():
     want = F.scaled_dot_product_attention(q.float(), k.float(), v.float()).double()
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
     assert not torch.equal(got, F.scaled_dot_product_attention(q, k, v))
+
+
+MIXED_WIDTHS = {  # name: (function, operands): a 64-bit operand with a 32-bit one of its kind
+    "add float32 float64": (torch.add, (torch.randn(4, 7), torch.randn(4, 7, dtype=torch.float64))),
+    "add float32 0-dim float64": (torch.add, (torch.randn(4, 7), torch.tensor(2.5, dtype=torch.float64))),
+    "add int32 0-dim int64": (torch.add, (torch.arange(4, dtype=torch.int32), torch.tensor(3))),
+    "mm": (torch.mm, (torch.randn(4, 7, dtype=torch.float64), torch.randn(7, 3))),
+    "bmm": (torch.bmm, (torch.randn(1, 4, 7, dtype=torch.float64), torch.randn(1, 7, 3))),
+    "linear": (torch.nn.functional.linear, (torch.randn(4, 7, dtype=torch.float64), torch.randn(3, 7))),
+    "conv1d": (torch.nn.functional.conv1d, (torch.randn(1, 2, 8, dtype=torch.float64), torch.randn(3, 2, 3))),
+}
+
+
+@pytest.mark.parametrize("name", list(MIXED_WIDTHS))
+def test_mixed_widths_keep_the_cpus_contract(name):
+    """A call mixing float64 with float32 (int64 with int32) runs in 64 bits: narrowing would
+    hide the CPU kernel's dtype checks (mm of float64 and float32 raises) and its type promotion
+    (float32 with a 0-dim float64 gives float32) (review 11, finding 10)."""
+    fn, operands = MIXED_WIDTHS[name]
+    try:
+        want = fn(*operands)
+    except RuntimeError as error:
+        with pytest.raises(RuntimeError, match=re.escape(str(error).splitlines()[0])):
+            fn(*[t.to("neuron") for t in operands])
+        return
+    got = fn(*[t.to("neuron") for t in operands])
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want, atol=0, rtol=0)
+
+
+def test_a_recurrent_layer_given_a_float64_state_fails_at_its_matmul():
+    # as on the CPU: the float64 h0 meets the float32 weight in the hidden projection
+    gru = torch.nn.GRU(5, 7).to("neuron")
+    with pytest.raises(RuntimeError, match="same dtype"):
+        gru(torch.randn(3, 2, 5, device="neuron"), torch.zeros(1, 2, 7, dtype=torch.float64, device="neuron"))
+
+
+def test_compiled_mixed_widths_equal_eager(tmp_path, monkeypatch):
+    """The compiler's 64-bit pass follows the same rule: a node mixing widths keeps 64 bits."""
+    import torch._dynamo
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff_cache"))
+    torch._dynamo.reset()
+
+    def f(a, b, c):
+        return a * b + 1e-9, (b * 3).exp() + c
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(8, generator=g).to("neuron"), torch.randn(8, dtype=torch.float64, generator=g).to("neuron"),
+            torch.randn(8, dtype=torch.float64, generator=g).to("neuron")]
+    for got, want in zip(torch.compile(f, backend="neuron")(*args), f(*args)):
+        assert got.dtype == want.dtype == torch.float64
+        torch.testing.assert_close(got.cpu(), want.cpu(), atol=0, rtol=0)
+    torch._dynamo.reset()

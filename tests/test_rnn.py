@@ -391,9 +391,49 @@ def test_fused_cells_check_their_arguments():
         torch.ops.aten._thnn_fused_gru_cell_backward(torch.randn(2, 2, device=d), torch.randn(2, 9, device=d), True)
     with pytest.raises(RuntimeError, match="same device|neuron"):
         torch.ops.aten._thnn_fused_lstm_cell(torch.randn(2, 8, device=d), torch.randn(2, 8), torch.randn(2, 2))
+    # The LSTM backward's workspace: CUDA checks its dimensions and element count only and reads
+    # it as [B, 4H]; so does the kernel (a [8, 2] workspace once crashed the process: review 11).
+    grad, cx = torch.randn(2, 2, device=d), torch.randn(2, 2, device=d)
+    _, cy, workspace = torch.ops.aten._thnn_fused_lstm_cell(torch.randn(2, 8, device=d), torch.randn(2, 8, device=d), cx)
+    want = torch.ops.aten._thnn_fused_lstm_cell_backward_impl(grad, None, cx, cy, workspace, True)
+    for shape in [(8, 2), (16, 1), (1, 16)]:
+        got = torch.ops.aten._thnn_fused_lstm_cell_backward_impl(grad, None, cx, cy, workspace.reshape(shape), True)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.cpu(), w.cpu(), atol=0, rtol=0)
+    with pytest.raises(RuntimeError, match=r"2-D workspace of 16 elements .*\[2, 8\].*got \[2, 4\]"):
+        torch.ops.aten._thnn_fused_lstm_cell_backward_impl(grad, None, cx, cy, workspace[:, :4], True)
+    with pytest.raises(RuntimeError, match="2-D workspace"):
+        torch.ops.aten._thnn_fused_lstm_cell_backward_impl(grad, None, cx, cy, workspace.reshape(2, 2, 4), True)
+    zero = torch.randn(0, 2, device=d)
+    assert torch.ops.aten._thnn_fused_lstm_cell_backward_impl(zero, None, zero, zero, torch.randn(0, 1, device=d),
+                                                             True)[0].shape == (0, 8)
     # module-level errors are PyTorch's own, raised before any cell runs
     with pytest.raises(RuntimeError, match="input.size\\(-1\\) must be equal to input_size"):
         nn.LSTM(INPUT, HIDDEN).to(d)(torch.randn(SEQ, BATCH, INPUT + 1, device=d))
+
+
+def test_fused_cells_return_contiguous_outputs_for_any_layout():
+    """CUDA allocates every output of the fused cells contiguous (RNN.cu); the kernels must not
+    pass on the layout of transposed operands (review 11, finding 9)."""
+    d, ops = "neuron", torch.ops.aten
+    B, H = 3, 5
+    ig, hg = torch.randn(4 * H, B, device=d).t(), torch.randn(4 * H, B, device=d).t()
+    state = torch.randn(H, B, device=d).t()
+    b1, b2 = torch.randn(4 * H, device=d), torch.randn(4 * H, device=d)
+    for bias in ((), (b1, b2)):
+        hy, cy, ws = ops._thnn_fused_lstm_cell(ig, hg, state, *bias)
+        want = ops._thnn_fused_lstm_cell(ig.contiguous(), hg.contiguous(), state.contiguous(), *bias)
+        lstm_back = ops._thnn_fused_lstm_cell_backward_impl(torch.randn(H, B, device=d).t(),
+                                                             torch.randn(H, B, device=d).t(), state, cy, ws, bool(bias))
+        gy, gws = ops._thnn_fused_gru_cell(ig[:, :3 * H], hg[:, :3 * H], state, *[b[:3 * H] for b in bias])
+        gru_back = ops._thnn_fused_gru_cell_backward(torch.randn(H, B, device=d).t(), gws, bool(bias))
+        results = {"lstm hy": hy, "lstm cy": cy, "lstm workspace": ws, "gru hy": gy, "gru workspace": gws}
+        results.update({f"lstm backward {i}": t for i, t in enumerate(lstm_back) if t is not None})
+        results.update({f"gru backward {i}": t for i, t in enumerate(gru_back) if t is not None})
+        for name, t in results.items():
+            assert t.is_contiguous(), f"{name}: strides {t.stride()}"
+        for got, w in zip((hy, cy, ws), want):
+            torch.testing.assert_close(got.cpu(), w.cpu(), atol=0, rtol=0)
 
 
 def test_fused_cells_are_reported_as_torchneurons_fallbacks():
@@ -498,32 +538,69 @@ def fresh_dynamo(tmp_path, monkeypatch):
     torch._dynamo.reset()
 
 
+def compiled_layer_run(kind, layers, bidirectional, initial, dtype):
+    """(run(module, device, dtype), (CPU module, neuron module), compiled neuron module) for a
+    compiled layer: Dynamo traces RNNs (allow_rnn; by default it runs them eagerly)."""
+    cpu, dev = make_pair(lambda: getattr(nn, kind)(INPUT, HIDDEN, num_layers=layers, bidirectional=bidirectional),
+                         dtype)
+    g = torch.Generator().manual_seed(6)
+    states = layers * (2 if bidirectional else 1)
+    x = torch.randn(SEQ, BATCH, INPUT, generator=g)
+    h0 = torch.randn(states, BATCH, HIDDEN, generator=g)
+    state = (h0, torch.randn(states, BATCH, HIDDEN, generator=g)) if kind == "LSTM" else h0
+    compiled = torch.compile(dev, backend="neuron", fullgraph=True)
+
+    def run(module, device, run_dtype, use_compiled=True):
+        xi = leaf(x, device, run_dtype).requires_grad_()
+        s = tuple(leaf(t, device, run_dtype) for t in state) if kind == "LSTM" else leaf(state, device, run_dtype)
+        out, _ = (compiled if device == "neuron" and use_compiled else module)(xi, *([s] if initial else []))
+        return [out], torch.autograd.grad(out.float().pow(2).sum(), [xi] + list(module.parameters()))
+
+    return run, (cpu, dev)
+
+
+LAYER_SHAPES = [(1, False), (1, True), (2, False), (2, True)]
+
+
+@pytest.mark.parametrize("layers,bidirectional", LAYER_SHAPES,
+                         ids=[f"{n}layer-{'bi' if b else 'uni'}" for n, b in LAYER_SHAPES])
 @pytest.mark.parametrize("initial", [True, False], ids=["h0", "noh0"])
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
-def test_compiled_recurrent_layer_matches_cpu(kind, initial, fresh_dynamo):
-    """With Dynamo tracing RNNs (allow_rnn; by default it runs them eagerly) the graph holds the
-    fused cells, which the compiler decomposes into the ops their kernels compute
-    (compile/decompositions.py): forward and backward equal CPU's."""
+def test_compiled_recurrent_layer_matches_cpu(kind, initial, layers, bidirectional, fresh_dynamo):
+    """With Dynamo tracing RNNs the graph holds the fused cells, which the compiler decomposes
+    into the ops their kernels compute (compile/decompositions.py): forward and backward equal
+    CPU's. Without an initial state the zero state is a folded constant that a one-layer
+    LSTM's forward saves for its backward (review 11, finding 2): it must reach the backward
+    graph on the device."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    cpu, dev = make_pair(lambda: getattr(nn, kind)(INPUT, HIDDEN, num_layers=2, bidirectional=True), torch.float32)
-    g = torch.Generator().manual_seed(6)
-    x = torch.randn(SEQ, BATCH, INPUT, generator=g)
-    h0 = torch.randn(4, BATCH, HIDDEN, generator=g)
-    state = (h0, torch.randn(4, BATCH, HIDDEN, generator=g)) if kind == "LSTM" else h0
     counters.clear()
     with torch._dynamo.config.patch(allow_rnn=True):
-        compiled = torch.compile(dev, backend="neuron", fullgraph=True)
-
-        def run(module, device, dtype):
-            xi = leaf(x, device, dtype).requires_grad_()
-            s = tuple(leaf(t, device, dtype) for t in state) if kind == "LSTM" else leaf(state, device, dtype)
-            out, _ = (compiled if device == "neuron" else module)(xi, *([s] if initial else []))
-            return [out], torch.autograd.grad(out.pow(2).sum(), [xi] + list(module.parameters()))
-
-        compare(run, (cpu, dev), torch.float32)
+        run, modules = compiled_layer_run(kind, layers, bidirectional, initial, torch.float32)
+        compare(run, modules, torch.float32)
     assert counters["neuron"]["compiled_graphs"] >= 1
+
+
+@pytest.mark.parametrize("layers,bidirectional", [(1, False), (2, True)], ids=["1layer-uni", "2layer-bi"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_compiled_half_layer_matches_eager(kind, dtype, layers, bidirectional, fresh_dynamo):
+    """bfloat16 and float16 compiled layers (no initial state) against the eager neuron layer:
+    outputs and gradients equal within a few units of the dtype's last place (the compiled
+    program fuses pointwise ops, which round less often than the eager ops)."""
+    import torch._dynamo
+
+    with torch._dynamo.config.patch(allow_rnn=True):
+        run, (_, dev) = compiled_layer_run(kind, layers, bidirectional, False, dtype)
+        got_out, got_grads = run(dev, "neuron", dtype)
+        want_out, want_grads = run(dev, "neuron", dtype, use_compiled=False)
+    eps = torch.finfo(dtype).eps
+    for i, (got, want) in enumerate(zip(got_out + list(got_grads), want_out + list(want_grads))):
+        assert got.device.type == "neuron" and got.dtype == want.dtype == dtype, i
+        scale = want.float().abs().max().clamp_min(1).item()
+        torch.testing.assert_close(got.float().cpu(), want.float().cpu(), atol=4 * eps * scale, rtol=4 * eps,
+                                   msg=lambda m: f"result {i}: {m}")
 
 
 def test_compiled_cells_match_the_kernels(fresh_dynamo):

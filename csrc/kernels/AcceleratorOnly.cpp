@@ -108,7 +108,17 @@ at::Tensor& batch_norm_elemt_out(const at::Tensor& input, const std::optional<at
                                  const at::Tensor& invstd, double eps, at::Tensor& out) {
   static TrackedOp counter("aten::batch_norm_elemt.out", KernelPath::kHot);
   return run_tracked(counter, [&]() -> at::Tensor& {
+    const char* op = "batch_norm_elemt.out";
     check_batch_norm_input("batch_norm_elemt", input);
+    // `out` on the inputs' device, as CUDA's TensorIterator requires (DeviceCheck alone would let
+    // a 0-dim CPU `out` through as a scalar operand).
+    DeviceCheck check;
+    for (const at::Tensor* t : {&input, &mean, &invstd}) check.add(*t, op);
+    TORCH_CHECK(out.device().type() == kNeuron,
+                "Expected all tensors to be on the same device, but found at least two devices, neuron:",
+                int(check.device < 0 ? 0 : check.device), " and ", out.device(), "! (when checking argument out for ",
+                op, "). Pass an `out` tensor on the input's device, e.g. torch.empty(0, device=input.device)");
+    check.add(out, op);
     TensorBody body = [](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{elemt_body(in)}; };
     at::Tensor result = run_kernel("aten::batch_norm_elemt.out",
                                    {input, value_or_undefined(weight), value_or_undefined(bias), mean, invstd}, body)[0];
@@ -130,11 +140,14 @@ std::tuple<at::Tensor, at::Tensor> gather_stats(const char* name, const at::Tens
               ": expected mean and invstd of size [world_size, C], got ", mean.sizes(), " and ", invstd.sizes());
   TORCH_CHECK(!counts.defined() || counts.numel() == mean.size(0), name, ": expected ", mean.size(0),
               " counts, got ", counts.numel());
-  TORCH_CHECK(running_mean.defined() == running_var.defined(), name,
-              ": running_mean and running_var must be both given or both absent");
-  const bool running = running_mean.defined();
+  // Each running statistic is updated when given, the other may be absent (as on CUDA).
+  for (const auto& [what, stat] : {std::pair<const char*, const at::Tensor*>{"running_mean", &running_mean},
+                                   std::pair<const char*, const at::Tensor*>{"running_var", &running_var}}) {
+    TORCH_CHECK(!stat->defined() || stat->numel() == mean.size(1), name, ": expected ", what, " of ", mean.size(1),
+                " elements (one per channel, as mean has), got ", stat->sizes());
+  }
   // Without `counts`, every rank counts `count` elements.
-  TensorBody body = [momentum, eps, running, fixed_count = count](const std::vector<at::Tensor>& in) {
+  TensorBody body = [momentum, eps, fixed_count = count](const std::vector<at::Tensor>& in) {
     const at::ScalarType stat_type = accumulate_type(in[0].scalar_type());
     const at::Tensor mean = in[0].to(stat_type), invstd = in[1].to(stat_type);
     const at::Tensor counts =
@@ -144,22 +157,23 @@ std::tuple<at::Tensor, at::Tensor> gather_stats(const char* name, const at::Tens
     const at::Tensor avg = (mean * count).sum(0) / n;
     const at::Tensor std = invstd.reciprocal();
     const at::Tensor var_n = ((std * std - eps) * count).sum(0) + ((mean - avg) * (mean - avg) * count).sum(0);
-    std::vector<at::Tensor> results{avg, (var_n / n + eps).rsqrt()};
-    if (running) {
-      const at::Tensor& running_mean = in[3];
-      const at::Tensor& running_var = in[4];
-      results.push_back(
-          (widened(running_mean) * (1 - momentum) + avg * momentum).to(running_mean.scalar_type()));
-      results.push_back(
-          (widened(running_var) * (1 - momentum) + var_n / (n - 1) * momentum).to(running_var.scalar_type()));
+    // mean, invstd, then the new running_mean and running_var (undefined when not given)
+    std::vector<at::Tensor> results{avg, (var_n / n + eps).rsqrt(), at::Tensor(), at::Tensor()};
+    const at::Tensor& running_mean = in[3];
+    const at::Tensor& running_var = in[4];
+    if (running_mean.defined()) {
+      results[2] = (widened(running_mean) * (1 - momentum) + avg * momentum).to(running_mean.scalar_type());
+    }
+    if (running_var.defined()) {
+      results[3] =
+          (widened(running_var) * (1 - momentum) + var_n / (n - 1) * momentum).to(running_var.scalar_type());
     }
     return results;
   };
   auto r = run_kernel(name, {mean, invstd, counts, running_mean, running_var}, body);
-  if (running) {  // updated in place, as on CUDA
-    running_mean.copy_(r[2]);
-    running_var.copy_(r[3]);
-  }
+  // updated in place, as on CUDA
+  if (running_mean.defined()) running_mean.copy_(r[2]);
+  if (running_var.defined()) running_var.copy_(r[3]);
   return {r[0], r[1]};
 }
 
@@ -198,10 +212,9 @@ FourTensors batch_norm_backward_reduce(const at::Tensor& grad_out, const at::Ten
     TORCH_CHECK(grad_out.sizes() == input.sizes(), "batch_norm_backward_reduce: grad_out ", grad_out.sizes(),
                 " and input ", input.sizes(), " differ in size");
     TORCH_CHECK(mean.scalar_type() == invstd.scalar_type(), "mean and invstd need to have the same data types");
-    const at::Tensor& w = value_or_undefined(weight);
-    // grad_weight and grad_bias take the weight's dtype (the input's without a weight).
-    const at::ScalarType param_type = w.defined() ? w.scalar_type() : input.scalar_type();
-    TensorBody body = [input_g, weight_g, bias_g, param_type](const std::vector<at::Tensor>& in) {
+    TensorBody body = [input_g, weight_g, bias_g](const std::vector<at::Tensor>& in) {
+      // grad_weight and grad_bias take the weight's dtype (the input's without a weight).
+      const at::ScalarType param_type = in[4].defined() ? in[4].scalar_type() : in[1].scalar_type();
       const int64_t dims = in[1].dim();
       const auto reduced = reduced_dims(dims);
       const at::ScalarType stat_type = in[2].scalar_type();
@@ -218,7 +231,8 @@ FourTensors batch_norm_backward_reduce(const at::Tensor& grad_out, const at::Ten
       if (bias_g) results[3] = sum_dy.to(param_type);
       return results;
     };
-    auto r = run_kernel("aten::batch_norm_backward_reduce", {grad_out, input, mean, invstd}, body);
+    auto r = run_kernel("aten::batch_norm_backward_reduce", {grad_out, input, mean, invstd, value_or_undefined(weight)},
+                        body);
     return {r[0], r[1], r[2], r[3]};
   });
 }

@@ -19,6 +19,8 @@
 // (_thnn_fused_lstm_cell_backward and the _thnn_differentiable_* backward ops are
 // composite: they call these or plain ops.) As on CUDA, half and bfloat16 are computed in
 // float32 (the accumulate type) and rounded once; the workspace keeps the input's dtype.
+// Every output is contiguous, whatever the operands' layouts, and the backward reads any 2-D
+// workspace of the right element count as [B, 4H] (resp. checks [B, 5H]), as CUDA does.
 //
 // Each op is one kernel over host views (run_kernel, as in Accelerator.cpp): its
 // intermediate ops are CPU ops, so op tracking reports the fused op alone. TorchNeuron 2.13
@@ -43,6 +45,10 @@ at::Tensor widened(const at::Tensor& t) {
   const auto type = t.scalar_type();
   return type == at::kHalf || type == at::kBFloat16 ? t.to(at::kFloat) : t;
 }
+
+// An output: in `type`, contiguous whatever the operands' layouts (CUDA allocates every
+// output with LEGACY_CONTIGUOUS_MEMORY_FORMAT).
+at::Tensor output(const at::Tensor& t, at::ScalarType type) { return t.to(type).contiguous(); }
 
 const at::Tensor& value_or_undefined(const std::optional<at::Tensor>& t) {
   static const at::Tensor undefined;
@@ -101,8 +107,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(const at::Tensor&
       at::Tensor i = gates[0].sigmoid(), f = gates[1].sigmoid(), g = gates[2].tanh(), o = gates[3].sigmoid();
       at::Tensor cy = f * widened(in[2]) + i * g;
       at::Tensor hy = o * cy.tanh();
-      at::Tensor workspace = at::cat({i, f, g, o}, 1).to(type);
-      return std::vector<at::Tensor>{hy.to(type), cy.to(type), workspace};
+      return std::vector<at::Tensor>{output(hy, type), output(cy, type), output(at::cat({i, f, g, o}, 1), type)};
     };
     auto r = run_kernel("aten::_thnn_fused_lstm_cell", {input_gates, hidden_gates, cx, b_ih, b_hh}, body);
     return {r[0], r[1], r[2]};
@@ -124,11 +129,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_backward_impl(
       TORCH_CHECK(!t->defined() || t->sizes() == grad.sizes(), op, ": expected size ", grad.sizes(), ", got ",
                   t->sizes());
     }
-    TORCH_CHECK(workspace.dim() == 2 && workspace.numel() == grad.numel() * 4, op, ": expected a workspace of ",
-                grad.numel() * 4, " elements, got ", workspace.sizes());
+    // CUDA's checkLSTMBackwardSizes: a 2-D workspace of 4 * B * H elements, whatever its shape;
+    // its kernel reads it as [B, 4H] in row-major order, so does this one.
+    TORCH_CHECK(workspace.dim() == 2 && workspace.numel() == grad.numel() * 4, op, ": expected a 2-D workspace of ",
+                grad.numel() * 4, " elements (the [", grad.size(0), ", ", grad.size(1) * 4,
+                "] workspace _thnn_fused_lstm_cell returned), got ", workspace.sizes());
     TensorBody body = [has_bias](const std::vector<at::Tensor>& in) {
       const auto type = in[4].scalar_type();
-      auto gates = widened(in[4]).chunk(4, 1);
+      const int64_t batch = in[2].size(0), hidden = in[2].size(1);
+      auto gates = widened(in[4]).reshape({batch, 4 * hidden}).chunk(4, 1);
       const at::Tensor &i = gates[0], &f = gates[1], &g = gates[2], &o = gates[3];
       const at::Tensor cx = widened(in[2]), tanh_cy = widened(in[3]).tanh();
       at::Tensor grad_o, grad_c;
@@ -146,7 +155,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_backward_impl(
                                       1);
       // The bias gradient sums the unrounded gate gradients (CUDA sums the rounded ones).
       at::Tensor grad_bias = has_bias ? grad_gates.sum(0).to(type) : at::Tensor();
-      return std::vector<at::Tensor>{grad_gates.to(type), (grad_c * f).to(type), grad_bias};
+      return std::vector<at::Tensor>{output(grad_gates, type), output(grad_c * f, type), grad_bias};
     };
     auto r = run_kernel("aten::_thnn_fused_lstm_cell_backward_impl", {grad_hy, grad_cy, cx, cy, workspace}, body);
     return {r[0], r[1], r[2]};
@@ -182,8 +191,7 @@ std::tuple<at::Tensor, at::Tensor> fused_gru_cell(const at::Tensor& input_gates,
       at::Tensor n = (in_ + r * hn).tanh();
       const at::Tensor hx = widened(in[2]);
       at::Tensor hy = n + z * (hx - n);
-      at::Tensor workspace = at::cat({r, z, n, hx, hn}, 1).to(type);
-      return std::vector<at::Tensor>{hy.to(type), workspace};
+      return std::vector<at::Tensor>{output(hy, type), output(at::cat({r, z, n, hx, hn}, 1), type)};
     };
     auto r = run_kernel("aten::_thnn_fused_gru_cell", {input_gates, hidden_gates, hx, b_ih, b_hh}, body);
     return {r[0], r[1]};
@@ -217,8 +225,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
         grad_input_bias = grad_input_gates.sum(0).to(type);
         grad_hidden_bias = grad_hidden_gates.sum(0).to(type);
       }
-      return std::vector<at::Tensor>{grad_input_gates.to(type), grad_hidden_gates.to(type), grad_hx.to(type),
-                                     grad_input_bias, grad_hidden_bias};
+      return std::vector<at::Tensor>{output(grad_input_gates, type), output(grad_hidden_gates, type),
+                                     output(grad_hx, type), grad_input_bias, grad_hidden_bias};
     };
     auto r = run_kernel("aten::_thnn_fused_gru_cell_backward", {grad_hy, workspace}, body);
     return {r[0], r[1], r[2], r[3], r[4]};

@@ -234,7 +234,7 @@ struct OpPlan {
   bool view = false;               // returns an alias it does not write
   bool tensor_returns = true;      // every return is a Tensor or a Tensor[]
   bool on_device = true;           // TorchNeuron runs it on the device (else: on the CPU, in 64 bits)
-  bool allow_cpu_tensors = false;  // CPU tensors accepted (index ops, CTC lengths)
+  std::vector<bool> allows_cpu;    // per argument: CPU tensors accepted (indices of index ops, CTC lengths)
   std::vector<bool> is_generator;  // per argument: Generator? type
   std::vector<bool> is_written;    // per argument: written by the op (in-place, out=)
   // per argument: its value can change output dtypes or which outputs exist (a dtype, a
@@ -311,12 +311,17 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
     plan->write_alias_of.push_back(index);
     plan->tensor_returns = plan->tensor_returns && is_tensor_type(ret.type());
   }
-  // CPU tensors accepted as on CUDA: indices of index ops; the lengths of the CTC loss and its
-  // backward (their Tensor overloads read them on the host; F.ctc_loss is commonly given CPU
-  // lengths).
-  plan->allow_cpu_tensors = name.name.rfind("aten::index", 0) == 0 || name.name == "aten::_index_put_impl_" ||
-                            ((name.name == "aten::_ctc_loss" || name.name == "aten::_ctc_loss_backward") &&
-                             name.overload_name.rfind("Tensor", 0) == 0);
+  // CPU tensors accepted as on CUDA: every argument of the index ops (their indices); the
+  // lengths of the CTC loss and its backward, and only those (their Tensor overloads read the
+  // lengths on the host, F.ctc_loss is commonly given CPU lengths; CUDA's kernel then checks
+  // that log_probs and targets are on one device).
+  const bool index_op = name.name.rfind("aten::index", 0) == 0 || name.name == "aten::_index_put_impl_";
+  const bool ctc_loss = (name.name == "aten::_ctc_loss" || name.name == "aten::_ctc_loss_backward") &&
+                        name.overload_name.rfind("Tensor", 0) == 0;
+  for (const auto& argument : arguments) {
+    const bool length = argument.name() == "input_lengths" || argument.name() == "target_lengths";
+    plan->allows_cpu.push_back(index_op || (ctc_loss && length));
+  }
   std::unique_lock<std::shared_mutex> lock(mutex);
   auto& slot = (*plans)[schema];
   if (!slot) slot = std::move(plan);
@@ -361,6 +366,26 @@ void for_each_tensor(const c10::IValue& value, Fn fn) {
 
 // ---- running the CPU kernel on host views ----------------------------------------------------
 
+// True when the tensors `for_each(fn)` visits mix a 64-bit tensor with a 32-bit one of the
+// same kind (float64 and float32, int64 and int32; wrapped Python numbers aside): narrowing
+// would make their dtypes equal, hiding the kernel's dtype checks (mm's "expected m1 and m2 to
+// have the same dtype") and its type promotion (a float32 tensor and a 0-dim float64 one make
+// float32, which the widening would turn into float64). Such a call runs in 64 bits (Note
+// [64-bit as 32-bit]).
+template <typename ForEachTensor>
+bool mixes_widths(ForEachTensor for_each) {
+  bool wide_float = false, wide_int = false, narrow_float = false, narrow_int = false;
+  for_each([&](const at::Tensor& t) {
+    if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return;
+    const auto type = t.scalar_type();
+    wide_float |= type == at::kDouble;
+    wide_int |= type == at::kLong;
+    narrow_float |= type == at::kFloat;
+    narrow_int |= type == at::kInt;
+  });
+  return (wide_float && narrow_float) || (wide_int && narrow_int);
+}
+
 // Runs `op` on host arguments (neuron tensors replaced by host views) with Note [64-bit as
 // 32-bit]; the call's device is `device` (the redirect is the caller's). Returns the CPU
 // results. When `outputs` is given (queued functional ops), the results are written into
@@ -371,8 +396,13 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
   const Narrowing& rule = *plan.narrowing;
   bool narrowed_float = false, narrowed_int = false;
   torch::jit::Stack wide;  // the arguments before narrowing, when narrowed
+  const bool mixed = mixes_widths([&](const auto& fn) {
+    for (size_t i = 0; i < num_arguments; ++i) {
+      if (rule.value_argument[i]) for_each_tensor(args[i], fn);
+    }
+  });
   if (plan.aten && plan.on_device && !rule.exact && compute_64bit_as_32bit() &&
-      scalars_fit_32bit(args.data(), num_arguments)) {
+      scalars_fit_32bit(args.data(), num_arguments) && !mixed) {
     auto narrow = [&](const at::Tensor& t) -> at::Tensor {
       if (!t.defined() || !is_64bit(t.scalar_type()) || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
       (t.scalar_type() == at::kDouble ? narrowed_float : narrowed_int) = true;
@@ -878,7 +908,7 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t i = 0; i < num_arguments; ++i) {
     const c10::IValue& value = (*stack)[begin + i];
     if (value.isTensor() || list_has_tensors(value)) {
-      for_each_tensor(value, [&](const at::Tensor& t) { check.add(t, plan.name.c_str(), plan.allow_cpu_tensors); });
+      for_each_tensor(value, [&](const at::Tensor& t) { check.add(t, plan.name.c_str(), plan.allows_cpu[i]); });
     } else if (value.isDevice() && value.toDevice().type() == kNeuron && check.device < 0) {
       check.device = value.toDevice().has_index() ? value.toDevice().index()
                                                   : c10::DeviceIndex(runtime().current_device());
@@ -953,9 +983,12 @@ void enqueue_views(HostCall& call, std::function<void()> work) {
 
 namespace {
 // Note [64-bit as 32-bit] for a kernel body: 32-bit copies of its 64-bit inputs in, its 32-bit
-// results widened back (the body is also run on meta tensors, where this works alike).
+// results widened back (the body is also run on meta tensors, where this works alike). Inputs
+// mixing widths run as they are, in 64 bits: the body's own rules then give each result its
+// dtype (batch_norm_elemt's output stays float32 with float64 weights, as on CUDA).
 TensorBody narrowed_body(const TensorBody& body) {
   return [body](const std::vector<at::Tensor>& inputs) {
+    if (mixes_widths([&](const auto& fn) { std::for_each(inputs.begin(), inputs.end(), fn); })) return body(inputs);
     bool narrowed_float = false, narrowed_int = false;
     std::vector<at::Tensor> narrow;
     for (const at::Tensor& t : inputs) {

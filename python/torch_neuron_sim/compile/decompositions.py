@@ -47,14 +47,15 @@ def _lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None)
     i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
     cy = f * _widened(cx) + i * g
     hy = o * cy.tanh()
-    return hy.to(dtype), cy.to(dtype), torch.cat([i, f, g, o], 1).to(dtype)
+    return hy.to(dtype).contiguous(), cy.to(dtype).contiguous(), torch.cat([i, f, g, o], 1).to(dtype)
 
 
 def _lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     if grad_hy is None and grad_cy is None:
         return None, None, None
     dtype = workspace.dtype
-    i, f, g, o = _widened(workspace).chunk(4, 1)
+    batch, hidden = cx.shape
+    i, f, g, o = _widened(workspace).reshape(batch, 4 * hidden).chunk(4, 1)  # read as [B, 4H], as CUDA does
     tanh_cy = _widened(cy).tanh()
     if grad_hy is not None:
         grad_o = _widened(grad_hy) * tanh_cy
@@ -67,7 +68,7 @@ def _lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     grad_gates = torch.cat([grad_c * g * (1 - i) * i, grad_c * _widened(cx) * (1 - f) * f, grad_c * i * (1 - g * g),
                             grad_o * (1 - o) * o], 1)
     grad_bias = grad_gates.sum(0).to(dtype) if has_bias else None
-    return grad_gates.to(dtype), (grad_c * f).to(dtype), grad_bias
+    return grad_gates.to(dtype), (grad_c * f).to(dtype).contiguous(), grad_bias
 
 
 def _gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
@@ -82,7 +83,7 @@ def _gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
     r, z = ir.sigmoid(), ii.sigmoid()
     n = (in_ + r * hn).tanh()
     h = _widened(hx)
-    return (n + z * (h - n)).to(dtype), torch.cat([r, z, n, h, hn], 1).to(dtype)
+    return (n + z * (h - n)).to(dtype).contiguous(), torch.cat([r, z, n, h, hn], 1).to(dtype)
 
 
 def _gru_cell_backward(grad_hy, workspace, has_bias):
@@ -95,7 +96,7 @@ def _gru_cell_backward(grad_hy, workspace, has_bias):
     grad_input_gates = torch.cat([grad_r, grad_z, grad_n], 1)
     grad_hidden_gates = torch.cat([grad_r, grad_z, grad_n * r], 1)
     biases = (grad_input_gates.sum(0).to(dtype), grad_hidden_gates.sum(0).to(dtype)) if has_bias else (None, None)
-    return (grad_input_gates.to(dtype), grad_hidden_gates.to(dtype), (go * z).to(dtype)) + biases
+    return (grad_input_gates.to(dtype), grad_hidden_gates.to(dtype), (go * z).to(dtype).contiguous()) + biases
 
 
 def _per_channel(stat, dims):
@@ -129,8 +130,9 @@ def _gather_stats(mean, invstd, running_mean, running_var, momentum, eps, counts
     avg = (mean * count).sum(0) / n
     std = invstd.reciprocal()
     var_n = ((std * std - eps) * count).sum(0) + ((mean - avg) * (mean - avg) * count).sum(0)
-    if running_mean is not None:
+    if running_mean is not None:  # each running statistic is updated when given, as on CUDA
         running_mean.copy_(_widened(running_mean) * (1 - momentum) + avg * momentum)
+    if running_var is not None:
         running_var.copy_(_widened(running_var) * (1 - momentum) + var_n / (n - 1) * momentum)
     return avg, (var_n / n + eps).rsqrt()
 

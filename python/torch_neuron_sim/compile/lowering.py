@@ -210,7 +210,7 @@ class Lowering:
                 if not _is_tensor(attribute):
                     self.node_values[node] = attribute
                     continue
-                self.node_values[node] = self._constant(attribute)
+                self.node_values[node] = self._constant(attribute, node.meta.get("val"))
             elif node.op == "call_function":
                 self._call(node)
             elif node.op == "output":
@@ -229,14 +229,19 @@ class Lowering:
             self.roots[key] = vid
         return vid
 
-    def _constant(self, tensor):
+    def _constant(self, tensor, val=None):
+        """A constant: its bytes are uploaded to the device once, when the program loads. Where
+        the graph has it (`val`, the node's traced value; else the tensor's own device) says
+        whether it is a host value: a folded constant is computed and kept on the CPU
+        (passes.fold_constants) but stands for the device tensor the eager op made."""
+        on_host = self._on_host(val if _is_tensor(val) else tensor)
         with torch._subclasses.fake_tensor.unset_fake_temporarily():
             tensor = tensor.detach().cpu().contiguous()
             data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
         index = len(self.constants)
         self.constants.append(data)
         vid = len(self.values)
-        self.values.append(_Value(CONSTANT, tensor, index, len(data), False))
+        self.values.append(_Value(CONSTANT, tensor, index, len(data), on_host))
         return vid
 
     def _call(self, node):
@@ -346,7 +351,7 @@ class Lowering:
         """A fresh output (device, or host for a host value) holding a copy of value `vid`."""
         t = self.values[vid].tensor
         out = len(self.values)
-        self.values.append(_Value(OUTPUT, t, 0, t.untyped_storage().nbytes(), self._on_host(t)))
+        self.values.append(_Value(OUTPUT, t, 0, t.untyped_storage().nbytes(), self.values[vid].on_host))
         self._use(vid)
         self.nodes.append(("aten::clone", [(A_VALUE, vid, 0.0, [], [], ""), (A_NONE, 0, 0.0, [], [], "")], [out]))
         return out

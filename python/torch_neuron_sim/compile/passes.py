@@ -3,7 +3,8 @@
 - narrow_64bit: Note [64-bit as 32-bit], the same rule eager kernels follow (asked of
   csrc/Dtype64.h through _C.narrowing_rule): a node that computes on float64 / int64 values
   gets 32-bit copies of them, and its 32-bit results are widened back, so compiled code gives
-  what eager code gives. Ops TorchNeuron runs on the CPU keep 64 bits, as in eager.
+  what eager code gives. Ops TorchNeuron runs on the CPU keep 64 bits, as in eager; so do
+  nodes mixing float64 with float32 (int64 with int32) values.
 - fold_constants: nodes whose inputs are all known at compile time (factory ops, ops on
   folded constants) are computed once, here, and become constants of the program.
 - integer_histc: histc of integer inputs, which only accelerators accept (Accelerator.cpp),
@@ -78,6 +79,8 @@ def narrow_64bit(gm, on_device_ops):
             continue  # typed on request: the caller chose the dtype
         if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
             continue  # in-place / out=: written arguments keep their memory and dtype
+        if _mixes_widths(node, schema, value_names):
+            continue  # float64 with float32 (int64 with int32): 64 bits, as eager (csrc/Dtype64.h)
         inserted = []
         with graph.inserting_before(node):
             def narrow(arg, name):
@@ -105,6 +108,20 @@ def narrow_64bit(gm, on_device_ops):
         _propagate(gm)
         _widen_results(gm)
     return narrowed
+
+
+def _mixes_widths(node, schema, value_names):
+    """Whether the node's value arguments hold a 64-bit tensor and a 32-bit one of its kind."""
+    names = [a.name for a in schema.arguments]
+    given = [(names[i] if i < len(names) else None, a) for i, a in enumerate(node.args)] + list(node.kwargs.items())
+    dtypes = set()
+    for name, arg in given:
+        if name in value_names:
+            for item in arg if isinstance(arg, (list, tuple)) else [arg]:
+                val = _val(item)
+                if isinstance(val, torch.Tensor):
+                    dtypes.add(val.dtype)
+    return any(wide in dtypes and narrow in dtypes for wide, narrow in _WIDE.items())
 
 
 class _nothing:
