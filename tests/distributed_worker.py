@@ -400,6 +400,19 @@ def ops_scenario(out_dir):
         expected = sum(data((64, 64), torch.float32, r) for r in range(world))
         same([expected, expected, expected * 2], [t, value[0], chained.wait()])
 
+    @check("asynchronous work: several outstanding, waited in reverse order")
+    def _():
+        sizes = [1 << 20, 100, 200, 300]  # the first is slow: a reordered gather would see its input
+        tensors = [data((sizes[i],), torch.float32, rank, i).to(NEURON) for i in range(4)]
+        outputs = [torch.zeros(world * 50, device=NEURON) for _ in range(2)]
+        works = [dist.all_reduce(t, async_op=True) for t in tensors]
+        works += [dist.all_gather_into_tensor(outputs[i], tensors[i][:50], async_op=True) for i in range(2)]
+        for work in reversed(works):
+            work.wait()
+        same([sum(data((sizes[i],), torch.float32, r, i) for r in range(world)) for i in range(4)], tensors)
+        # the gathers were queued after the allreduces of the same tensors: they saw the sums
+        same([tensors[i][:50].cpu().repeat(world) for i in range(2)], outputs)
+
     @check("a collective waits for the work queued before it, and its results are seen after wait()")
     def _():
         a = data((256, 256), torch.float32, rank).to(NEURON) / 1000

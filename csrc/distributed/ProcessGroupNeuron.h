@@ -12,7 +12,8 @@
 //
 // Ordering. A collective first waits for the work queued on its device's current stream
 // (NEURON_LAUNCH_BLOCKING=0), so Gloo reads finished inputs and no queued kernel still
-// touches its outputs. Its Work completes when Gloo's does, after the step that finishes
+// touches its outputs. The collectives of one group run in the order they were issued (the
+// Gloo group has one worker thread), as a NCCL group's do on its stream. Its Work completes when Gloo's does, after the step that finishes
 // the result where there is one (AVG's division, copies back from staging); the Work's
 // future then holds the neuron tensors. wait() blocks the calling thread until then, so
 // every op issued after wait() sees the results. Until then the outputs must not be read

@@ -8,7 +8,7 @@ As TorchNeuron does, each process of a job uses one NeuronCore, chosen from LOCA
 TorchNeuron sets NEURON_RT_VISIBLE_CORES=LOCAL_RANK before its runtime starts, so every process
 sees one device, neuron:0. Hugging Face's tensor-parallel loading binds neuron:LOCAL_RANK before
 it creates the process group, so here the cores stay visible and the process's core is made
-its current device when a group is created: device LOCAL_RANK among the visible cores
+its current device when the default group is created: device LOCAL_RANK among the visible cores
 (NEURON_RT_VISIBLE_CORES, when set, lists them), or device 0 when only one is visible.
 `torch.device("neuron")`, neuron:LOCAL_RANK and (with one visible core) neuron:0 all name it.
 """
@@ -48,14 +48,29 @@ def _create_process_group(options, backend_options=None):
     """The creator registered with torch.distributed (extended API: `options` is a
     _DistributedBackendOptions)."""
     global _generation
+    device = process_device()
     if not dist.is_initialized():  # the default group is being made
         _generation += 1
-    device = process_device()
-    torch.neuron.set_device(device)
+        torch.neuron.set_device(device)
     store = dist.PrefixStore(f"neuron/{_generation}/", options.store)
-    transport = dist.ProcessGroupGloo(store, options.group_rank, options.group_size, options.timeout)
+    transport = _gloo(store, options.group_rank, options.group_size, options.timeout)
     return _C._make_process_group_neuron(transport, options.group_rank, options.group_size, options.timeout,
                                          device)
+
+
+def _gloo(store, rank, size, timeout):
+    """The transport: a Gloo group made as torch makes its own (GLOO_SOCKET_IFNAME honoured), but
+    with one worker thread, so that its collectives run in the order they were issued, as a
+    NCCL group's do on its stream (Gloo's default of two threads lets a collective start
+    before the one issued ahead of it has finished writing its outputs)."""
+    gloo = dist.ProcessGroupGloo
+    options = gloo._Options()
+    options._timeout = timeout
+    interfaces = [name for name in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if name]
+    options._devices = ([gloo.create_device(interface=name) for name in interfaces] if interfaces
+                        else [gloo.create_default_device()])
+    options._threads = 1
+    return gloo(store, rank, size, options)
 
 
 def register():
