@@ -480,8 +480,22 @@ def faults_scenario(out_dir):
     rank = dist.get_rank()
     dist.all_reduce(torch.ones(2, device=NEURON))  # connected
 
-    # A peer that does not call: rank 0's allreduce must fail within the group's timeout.
+    # A peer that does not call: rank 0's wait(timeout) gives up at that timeout, and an
+    # allreduce fails within the group's timeout.
     if rank == 0:
+        @check("wait(timeout) gives up at its timeout")
+        def _():
+            work = dist.all_reduce(torch.ones(10, device=NEURON), async_op=True)
+            start = time.monotonic()
+            try:
+                work.wait(timeout=datetime.timedelta(seconds=1))
+            except Exception as error:  # noqa: BLE001
+                assert time.monotonic() - start < 2.5, time.monotonic() - start
+                assert "given to wait()" in str(error) and "rank 0 of 2" in str(error), str(error)
+                assert not work.is_success()
+                return f"{type(error).__name__}: {error}"
+            raise AssertionError("no error")
+
         @check("a collective a peer does not call times out")
         def _():
             start = time.monotonic()
@@ -493,7 +507,7 @@ def faults_scenario(out_dir):
                 return
             raise AssertionError("no error")
     else:
-        time.sleep(timeout + 1.5)
+        time.sleep(timeout + 2.5)
     # Both ranks meet again on a fresh group (the failed one is out of step).
     group = dist.new_group([0, 1])
     dist.all_reduce(torch.ones(2, device=NEURON), group=group)

@@ -158,11 +158,6 @@ struct Reduction {
   }
 };
 
-const char* reduce_op_name(c10d::ReduceOp::RedOpType op) {
-  static const char* names[] = {"SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"};
-  return op < c10d::ReduceOp::UNUSED ? names[op] : "UNUSED";
-}
-
 Reduction plan_reduction(const c10d::ReduceOp& op, const std::vector<at::Tensor>& tensors) {
   for (const auto& tensor : tensors) {
     TORCH_CHECK(transport_has_dtype(tensor.scalar_type()), "reductions of ", dtype_name(tensor.scalar_type()),
@@ -180,7 +175,7 @@ Reduction plan_reduction(const c10d::ReduceOp& op, const std::vector<at::Tensor>
       auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
       TORCH_CHECK(supplement, "ReduceOp.PREMUL_SUM without its factor (make it with "
                               "torch.distributed._make_nccl_premul_sum)");
-      TORCH_CHECK(at::isFloatingType(dtype), "ReduceOp.PREMUL_SUM needs floating-point tensors, got ", dtype);
+      TORCH_CHECK(at::isFloatingType(dtype), "ReduceOp.PREMUL_SUM needs floating-point tensors, got ", dtype_name(dtype));
       plan.premultiply = true;
       if (supplement->tensor_factor.defined()) {
         plan.factor_tensor = supplement->tensor_factor.to(at::kCPU).reshape({});
@@ -292,9 +287,10 @@ class NeuronWork final : public c10d::Work {
   }
 
   void time_out(bool explicit_timeout, Milliseconds timeout) {
-    const std::string why = explicit_timeout ? "the timeout given to wait()" : "the process group's timeout";
-    complete(backend_error(what_ + " timed out: not finished " + std::to_string(timeout_ms(explicit_timeout, timeout)) +
-                           " ms after it started (" + why + "); a peer may have stopped or not called it"));
+    const std::string when = explicit_timeout
+                                 ? "within the " + std::to_string(timeout.count()) + " ms given to wait()"
+                                 : std::to_string(limit_.count()) + " ms after it started (the process group's timeout)";
+    complete(backend_error(what_ + " timed out: not finished " + when + "; a peer may have stopped or not called it"));
     try {
       transport_work_->abort();
     } catch (...) {
