@@ -55,8 +55,9 @@ def results(out_dir, rank):
 
 MODES = {
     "launch-blocking": {},
-    # Every op queued on the stream, and the ranks on cores 2 and 3 (NEURON_RT_VISIBLE_CORES).
-    "asynchronous": {"NEURON_LAUNCH_BLOCKING": "0", "NEURON_SIM_INLINE_BYTES": "0",
+    # Every op queued on the stream, device memory guarded (the transport's views must open
+    # it), and the ranks on cores 2 and 3 (NEURON_RT_VISIBLE_CORES).
+    "asynchronous": {"NEURON_LAUNCH_BLOCKING": "0", "NEURON_SIM_INLINE_BYTES": "0", "NEURON_SIM_MEMORY_GUARD": "1",
                      "NEURON_RT_VISIBLE_CORES": "2,3"},
 }
 
