@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
 DEBIAN_PACKAGES := g++ cmake ninja-build libgtest-dev ccache
-SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h csrc/compile/*.cpp csrc/compile/*.h runtime/*.cpp runtime/*.h) setup.py
+SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h csrc/compile/*.cpp csrc/compile/*.h csrc/distributed/*.cpp csrc/distributed/*.h runtime/*.cpp runtime/*.h) setup.py
 EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
 .PHONY: demo test test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean

@@ -7,7 +7,7 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/kernels/*.cpp") + glob.glob("csrc/compile/*.cpp")
-                 + glob.glob("runtime/*.cpp"))
+                 + glob.glob("csrc/distributed/*.cpp") + glob.glob("runtime/*.cpp"))
 
 setup(
     name="torch-neuron-sim",

@@ -65,12 +65,14 @@ py::dict memory_stats(int device) {
 }  // namespace torch_neuron
 
 namespace torch_neuron {
-void bind_programs(pybind11::module& m);  // compile/Bindings.cpp
+void bind_programs(pybind11::module& m);      // compile/Bindings.cpp
+void bind_distributed(pybind11::module& m);  // distributed/Bindings.cpp
 }
 
 PYBIND11_MODULE(_C, m) {
   using namespace torch_neuron;
   bind_programs(m);
+  bind_distributed(m);
   install_redirecting_cpu_allocator();
   m.doc() = "torch-neuron-sim: bridge between PyTorch and the simulated Neuron runtime";
   m.def("_init", [] { runtime(); });

@@ -41,6 +41,10 @@ if torch._C._get_privateuse1_backend_name() != "neuron":
     sys.modules["torch.neuron.memory"] = _neuron_module.memory
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
+from . import distributed as _distributed  # noqa: E402
+
+_distributed.register()
+
 
 def get_executed_ops():
     """Unique names of the ops TorchNeuron 2.13 would run on the device, seen since start-up

@@ -1,0 +1,63 @@
+// _C.ProcessGroupNeuron and its factory, for the registration in torch_neuron_sim/distributed.py.
+#include <torch/csrc/utils/pybind.h>
+#include <pybind11/chrono.h>
+
+#include "ProcessGroupNeuron.h"
+
+namespace torch_neuron {
+namespace {
+
+// A holder that drops its reference with the GIL released: destroying a group joins the
+// transport's threads, whose callbacks may need the GIL (as torch's own c10d bindings do).
+template <typename T>
+class NoGilDestructor {
+ public:
+  NoGilDestructor() = default;
+  explicit NoGilDestructor(c10::intrusive_ptr<T> impl) : impl_(std::move(impl)) {}
+  explicit NoGilDestructor(T* impl) : impl_(c10::intrusive_ptr<T>::unsafe_steal_from_new(impl)) {}
+  NoGilDestructor(const NoGilDestructor&) = default;
+  NoGilDestructor(NoGilDestructor&&) noexcept = default;
+  NoGilDestructor& operator=(const NoGilDestructor&) = default;
+  NoGilDestructor& operator=(NoGilDestructor&&) noexcept = default;
+  ~NoGilDestructor() {
+    if (impl_ && PyGILState_Check()) {
+      pybind11::gil_scoped_release release;
+      impl_.reset();
+    }
+  }
+  T* get() const { return impl_.get(); }
+  T& operator*() const { return *impl_; }
+  T* operator->() const { return impl_.get(); }
+
+ private:
+  c10::intrusive_ptr<T> impl_;
+};
+
+}  // namespace
+}  // namespace torch_neuron
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, torch_neuron::NoGilDestructor<T>, true)
+
+namespace torch_neuron {
+
+void bind_distributed(pybind11::module& m) {
+  namespace py = pybind11;
+  // The base class c10d.Backend is registered by torch's c10d module.
+  py::module::import("torch.distributed");
+  py::class_<ProcessGroupNeuron, c10d::Backend, NoGilDestructor<ProcessGroupNeuron>>(
+      m, "ProcessGroupNeuron", "The c10d backend 'neuron' (Note [ProcessGroupNeuron])")
+      .def_property_readonly("device", &ProcessGroupNeuron::device)
+      .def_property_readonly("timeout", &ProcessGroupNeuron::timeout);
+  m.def(
+      "_make_process_group_neuron",
+      [](const py::object& transport, int rank, int size, std::chrono::milliseconds timeout, int device) {
+        auto& backend = transport.cast<c10d::Backend&>();
+        auto group = c10::make_intrusive<ProcessGroupNeuron>(c10::intrusive_ptr<c10d::Backend>::reclaim_copy(&backend),
+                                                             rank, size, timeout, c10::DeviceIndex(device));
+        return NoGilDestructor<ProcessGroupNeuron>(std::move(group));
+      },
+      py::arg("transport"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("device"),
+      "A neuron process group over `transport` (a ProcessGroupGloo of the same store, rank and size)");
+}
+
+}  // namespace torch_neuron

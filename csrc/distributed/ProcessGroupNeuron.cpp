@@ -1,0 +1,737 @@
+// The c10d backend "neuron": Note [ProcessGroupNeuron] in ProcessGroupNeuron.h.
+#include "ProcessGroupNeuron.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <utility>
+
+#include "../NeuronAllocator.h"
+#include "../NeuronCommon.h"
+#include "../kernels/ZeroCopy.h"
+
+namespace torch_neuron {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Milliseconds = std::chrono::milliseconds;
+
+std::string message_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+std::exception_ptr backend_error(const std::string& message) {
+  try {
+    C10_THROW_ERROR(DistBackendError, message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+// Rethrows the exception being handled with `where` in front of its message, keeping its
+// Python type (ValueError, TypeError, ...).
+[[noreturn]] void rethrow_in_context(const std::string& where) {
+  try {
+    throw;
+  } catch (const c10::OutOfMemoryError&) {
+    throw;
+  } catch (const c10::ValueError& e) {
+    C10_THROW_ERROR(ValueError, where + ": " + e.what_without_backtrace());
+  } catch (const c10::TypeError& e) {
+    C10_THROW_ERROR(TypeError, where + ": " + e.what_without_backtrace());
+  } catch (const c10::NotImplementedError& e) {
+    C10_THROW_ERROR(NotImplementedError, where + ": " + e.what_without_backtrace());
+  } catch (const c10::DistError& e) {
+    C10_THROW_ERROR(DistBackendError, where + ": " + e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    C10_THROW_ERROR(Error, where + ": " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    C10_THROW_ERROR(Error, where + ": " + e.what());
+  }
+}
+
+// A CPU tensor over the memory of neuron tensor `tensor` that holds its device buffer, and
+// keeps it open for host access under the memory guard, until the last view of it goes.
+// The transport may keep views after the Work completes (Gloo's works hold their tensors):
+// the memory stays valid for as long as they do.
+at::Tensor owning_host_view(const at::Tensor& tensor) {
+  neuron_rt::BufferRef buffer = buffer_ref_of(tensor.storage());
+  if (buffer) {
+    neuron_rt::Buffer* root = buffer->root();
+    if (auto* memory = dynamic_cast<neuron_rt::DeviceMemory*>(root->owner())) memory->guard_open(root);
+  }
+  auto* storage = tensor.storage().unsafeGetStorageImpl();
+  void* data = storage->mutable_data();
+  auto* held = new neuron_rt::BufferRef(std::move(buffer));
+  c10::DataPtr data_ptr(data, held, [](void* context) {
+    auto* held = static_cast<neuron_rt::BufferRef*>(context);
+    if (*held) {
+      neuron_rt::Buffer* root = (*held)->root();
+      if (auto* memory = dynamic_cast<neuron_rt::DeviceMemory*>(root->owner())) memory->guard_close(root);
+    }
+    delete held;
+  }, c10::Device(c10::DeviceType::CPU));
+  c10::Storage view_storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), storage->nbytes(), std::move(data_ptr), /*allocator=*/nullptr,
+      /*resizable=*/false));
+  return tensor_over(std::move(view_storage), c10::DispatchKey::CPU, tensor);
+}
+
+// torch's name of a dtype ("int16", not c10's "Short").
+std::string dtype_name(at::ScalarType type) {
+  switch (type) {
+    case at::kShort: return "int16";
+    case at::kUInt16: return "uint16";
+    case at::kUInt32: return "uint32";
+    case at::kUInt64: return "uint64";
+    case at::kComplexHalf: return "complex32";
+    case at::kComplexFloat: return "complex64";
+    case at::kComplexDouble: return "complex128";
+    case at::kFloat8_e4m3fn: return "float8_e4m3fn";
+    case at::kFloat8_e5m2: return "float8_e5m2";
+    default: return c10::toString(type);
+  }
+}
+
+// The dtypes Gloo reduces and moves (others: Note [ProcessGroupNeuron]).
+bool transport_has_dtype(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
+    case at::kChar: case at::kByte: case at::kInt: case at::kLong: case at::kBool:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A view the transport can move: itself, or its bytes (one more trailing dimension, so splits
+// along dim 0 keep their units) for a dtype Gloo has no type for.
+at::Tensor movable(const at::Tensor& view) {
+  if (!view.defined() || transport_has_dtype(view.scalar_type())) return view;
+  TORCH_CHECK(view.is_contiguous(), "a tensor of ", dtype_name(view.scalar_type()), " must be contiguous: the transport (Gloo) "
+              "has no type for it and moves its bytes");
+  return view.unsqueeze(-1).view(at::kByte);
+}
+
+std::vector<at::Tensor> movable(std::vector<at::Tensor> views) {
+  for (auto& view : views) view = movable(view);
+  return views;
+}
+
+std::vector<std::vector<at::Tensor>> movable(std::vector<std::vector<at::Tensor>> views) {
+  for (auto& list : views) list = movable(std::move(list));
+  return views;
+}
+
+// How a reduction runs on the transport: Gloo's op, plus what AVG and PREMUL_SUM add.
+struct Reduction {
+  c10d::ReduceOp transport_op;
+  bool average = false;
+  bool premultiply = false;
+  double factor = 1.0;
+  at::Tensor factor_tensor;  // a CPU scalar, when the factor is a tensor
+
+  at::Tensor scaled(const at::Tensor& view) const {
+    return factor_tensor.defined() ? view * factor_tensor : view * factor;
+  }
+  void scale_in_place(std::vector<at::Tensor>& views) const {
+    for (auto& view : views) factor_tensor.defined() ? view.mul_(factor_tensor) : view.mul_(factor);
+  }
+  std::vector<at::Tensor> scaled(const std::vector<at::Tensor>& views) const {
+    std::vector<at::Tensor> copies;
+    for (const auto& view : views) copies.push_back(scaled(view));
+    return copies;
+  }
+};
+
+Reduction plan_reduction(const c10d::ReduceOp& op, const std::vector<at::Tensor>& tensors) {
+  for (const auto& tensor : tensors) {
+    TORCH_CHECK(transport_has_dtype(tensor.scalar_type()), "reductions of ", dtype_name(tensor.scalar_type()),
+                " tensors are not supported: the transport (Gloo) reduces float32, float64, float16, bfloat16, "
+                "int8, uint8, int32, int64 and bool");
+  }
+  const at::ScalarType dtype = tensors.empty() ? at::kFloat : tensors[0].scalar_type();
+  Reduction plan{c10d::ReduceOp(c10d::ReduceOp::SUM)};
+  switch (op.op_) {
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(dtype != at::kBool, "ReduceOp.AVG is not defined for bool tensors");
+      plan.average = true;
+      return plan;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      TORCH_CHECK(supplement, "ReduceOp.PREMUL_SUM without its factor (make it with "
+                              "torch.distributed._make_nccl_premul_sum)");
+      TORCH_CHECK(at::isFloatingType(dtype), "ReduceOp.PREMUL_SUM needs floating-point tensors, got ", dtype_name(dtype));
+      plan.premultiply = true;
+      if (supplement->tensor_factor.defined()) {
+        plan.factor_tensor = supplement->tensor_factor.to(at::kCPU).reshape({});
+      } else {
+        plan.factor = supplement->double_factor;
+      }
+      return plan;
+    }
+    case c10d::ReduceOp::UNUSED:
+      TORCH_CHECK(false, "ReduceOp.UNUSED is not a reduction");
+    default:
+      plan.transport_op = op;
+      return plan;
+  }
+}
+
+// A finishing step: AVG's division of the summed outputs by the group size.
+std::function<void()> averaging(std::vector<at::Tensor> views, int size) {
+  return [views = std::move(views), size] {
+    for (const auto& view : views) {
+      if (at::isFloatingType(view.scalar_type()) || at::isComplexType(view.scalar_type())) {
+        view.div_(size);
+      } else {
+        view.div_(size, "trunc");
+      }
+    }
+  };
+}
+
+// Note [ProcessGroupNeuron]: the Work of one collective.
+class NeuronWork final : public c10d::Work {
+ public:
+  NeuronWork(std::string what, int rank, c10d::OpType type, Clock::time_point deadline, Milliseconds limit,
+             c10::IValue value, std::vector<at::Tensor> outputs, c10::intrusive_ptr<c10d::Work> transport_work,
+             std::vector<std::function<void()>> finish_steps, bool completes_in_wait)
+      : c10d::Work(rank, type),
+        what_(std::move(what)),
+        deadline_(deadline),
+        limit_(limit),
+        value_(std::move(value)),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(value_.type())),
+        transport_work_(std::move(transport_work)),
+        finish_steps_(std::move(finish_steps)),
+        completes_in_wait_(completes_in_wait) {}
+
+  // The transport's work has ended (with `error`, or null): finishes the result and
+  // completes this Work and its future, unless it already ended (timed out, aborted).
+  void transport_finished(std::exception_ptr error) {
+    if (done_.load()) return;
+    if (!error) {
+      try {
+        for (auto& step : finish_steps_) step();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    finish_steps_.clear();  // drops the views the steps held
+    complete(error ? backend_error(what_ + " failed: " + message_of(error)) : nullptr);
+  }
+
+  bool wait(Milliseconds timeout) override {
+    const bool explicit_timeout = timeout != kNoTimeout;
+    const Clock::time_point limit = explicit_timeout ? Clock::now() + timeout : deadline_;
+    if (completes_in_wait_) {
+      std::lock_guard<std::mutex> waiting(wait_mutex_);
+      if (!done_.load()) {
+        std::exception_ptr error;
+        try {
+          const auto left = std::chrono::duration_cast<Milliseconds>(limit - Clock::now());
+          if (!transport_work_->wait(std::max(left, Milliseconds(1)))) {
+            error = backend_error("not finished after " + std::to_string(timeout_ms(explicit_timeout, timeout)) +
+                                  " ms");
+          }
+        } catch (...) {
+          error = std::current_exception();
+        }
+        transport_finished(error);
+      }
+    } else {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!cv_.wait_until(lock, limit, [&] { return completed_; })) {
+        lock.unlock();
+        time_out(explicit_timeout, timeout);
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (exception_) std::rethrow_exception(exception_);
+    return true;
+  }
+
+  void abort() override {
+    try {
+      transport_work_->abort();
+    } catch (...) {
+      // Gloo's collectives cannot be aborted; this Work ends anyway
+    }
+    complete(backend_error(what_ + " was aborted"));
+  }
+
+  void synchronize() override {}  // the results are in device memory once completed
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  int sourceRank() const override { return transport_work_->sourceRank(); }
+
+ private:
+  int64_t timeout_ms(bool explicit_timeout, Milliseconds timeout) const {
+    return (explicit_timeout ? timeout : limit_).count();
+  }
+
+  void time_out(bool explicit_timeout, Milliseconds timeout) {
+    const std::string when = explicit_timeout
+                                 ? "within the " + std::to_string(timeout.count()) + " ms given to wait()"
+                                 : std::to_string(limit_.count()) + " ms after it started (the process group's timeout)";
+    complete(backend_error(what_ + " timed out: not finished " + when + "; a peer may have stopped or not called it"));
+    try {
+      transport_work_->abort();
+    } catch (...) {
+      // best effort: Gloo times out its transfers itself
+    }
+  }
+
+  // Completes the Work and its future once; the first caller wins.
+  void complete(std::exception_ptr error) {
+    if (done_.exchange(true)) return;
+    finish(error);
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(value_);
+    }
+  }
+
+  const std::string what_;
+  const Clock::time_point deadline_;
+  const Milliseconds limit_;
+  const c10::IValue value_;
+  const std::vector<at::Tensor> outputs_;
+  const c10::intrusive_ptr<c10::ivalue::Future> future_;
+  const c10::intrusive_ptr<c10d::Work> transport_work_;
+  std::vector<std::function<void()>> finish_steps_;  // touched by whoever ends the transport's work
+  const bool completes_in_wait_;  // the transport's work has no future: wait() ends it
+  std::mutex wait_mutex_;
+  std::atomic<bool> done_{false};
+};
+
+// One collective call, on the calling thread: checks its tensors and makes their host
+// views, readies the device, hands the views to the transport and wraps its Work.
+class Call {
+ public:
+  Call(ProcessGroupNeuron& group, const char* name, c10d::OpType type, Milliseconds op_timeout)
+      : group_(group),
+        name_(name),
+        type_(type),
+        limit_(op_timeout.count() > 0 ? op_timeout : group.timeout()),
+        deadline_(Clock::now() + limit_) {}
+
+  // Runs `body` (which starts the collective) with this collective named in its errors.
+  template <typename Body>
+  c10::intrusive_ptr<c10d::Work> run(Body&& body) {
+    try {
+      return body();
+    } catch (...) {
+      rethrow_in_context(group_.describe(name_));
+    }
+  }
+
+  at::Tensor host(const at::Tensor& tensor) {
+    if (!tensor.defined()) return tensor;
+    TORCH_CHECK(tensor.device().type() == kNeuron, "the neuron backend takes neuron tensors, got one on ",
+                tensor.device(), ". Move it with .to('neuron'), or give CPU tensors a backend of their own: "
+                "init_process_group(backend='cpu:gloo,neuron:neuron')");
+    const c10::DeviceIndex device = tensor.device().index();
+    TORCH_CHECK(device_ < 0 || device_ == device, "tensors on neuron:", device_, " and neuron:", device,
+                ": the tensors of one collective must be on one neuron device");
+    device_ = device;
+    return owning_host_view(tensor);
+  }
+  std::vector<at::Tensor> host(const std::vector<at::Tensor>& tensors) {
+    std::vector<at::Tensor> views;
+    views.reserve(tensors.size());
+    for (const auto& tensor : tensors) views.push_back(host(tensor));
+    return views;
+  }
+  std::vector<std::vector<at::Tensor>> host(const std::vector<std::vector<at::Tensor>>& lists) {
+    std::vector<std::vector<at::Tensor>> views;
+    views.reserve(lists.size());
+    for (const auto& list : lists) views.push_back(host(list));
+    return views;
+  }
+
+  // The transport, once the device is ready: in asynchronous mode, the work queued on the
+  // device's current stream has run (before any host access to the views, too).
+  c10d::Backend& transport(c10d::Backend& backend) {
+    ready();
+    return backend;
+  }
+  void ready() {
+    if (ready_) return;
+    run_here_on(device_ >= 0 ? device_ : group_.device());
+    ready_ = true;
+  }
+
+  // A step run after the transport's work succeeded, before the Work completes.
+  void finally(std::function<void()> step) { finish_steps_.push_back(std::move(step)); }
+
+  c10::intrusive_ptr<c10d::Work> start(c10::intrusive_ptr<c10d::Work> transport_work, c10::IValue value,
+                                       std::vector<at::Tensor> outputs) {
+    // Gloo's send, recv and reduce-scatter works have no future: they end in wait().
+    c10::intrusive_ptr<c10::ivalue::Future> transport_future;
+    try {
+      transport_future = transport_work->getFuture();
+    } catch (const c10::Error&) {
+    }
+    auto work = c10::make_intrusive<NeuronWork>(group_.describe(name_), group_.getRank(), type_, deadline_, limit_,
+                                                std::move(value), std::move(outputs), transport_work,
+                                                std::move(finish_steps_), /*completes_in_wait=*/!transport_future);
+    if (transport_future) {
+      // Runs on the transport's thread (or here, when it has already finished). The cycle
+      // work -> transport work -> its future -> this callback ends when the future completes.
+      transport_future->addCallback([work](c10::ivalue::Future& future) {
+        work->transport_finished(future.hasError() ? future.exception_ptr() : nullptr);
+      });
+    }
+    return work;
+  }
+  c10::intrusive_ptr<c10d::Work> start(c10::intrusive_ptr<c10d::Work> transport_work,
+                                       const std::vector<at::Tensor>& outputs) {
+    return start(std::move(transport_work), c10::IValue(outputs), outputs);
+  }
+
+ private:
+  ProcessGroupNeuron& group_;
+  const char* name_;
+  c10d::OpType type_;
+  Milliseconds limit_;
+  Clock::time_point deadline_;
+  c10::DeviceIndex device_ = -1;
+  bool ready_ = false;
+  std::vector<std::function<void()>> finish_steps_;
+};
+
+std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> flat;
+  for (const auto& list : lists) flat.insert(flat.end(), list.begin(), list.end());
+  return flat;
+}
+
+}  // namespace
+
+ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, int rank, int size,
+                                       std::chrono::milliseconds timeout, c10::DeviceIndex device)
+    : c10d::Backend(rank, size),
+      transport_(std::move(transport)),
+      options_(c10::make_intrusive<Options>("neuron", timeout)),
+      device_(device) {
+  init();
+}
+
+ProcessGroupNeuron::~ProcessGroupNeuron() = default;
+
+void ProcessGroupNeuron::setTimeout(std::chrono::milliseconds timeout) {
+  options_->timeout = timeout;
+  transport_->setTimeout(timeout);
+}
+
+std::string ProcessGroupNeuron::describe(const std::string& collective) const {
+  std::string group = "neuron process group";
+  if (!pg_uid_.empty()) group += " '" + pg_uid_ + "'";
+  if (!pg_desc_.empty() && pg_desc_ != "undefined") group += " (" + pg_desc_ + ")";
+  return collective + " on " + group + ", rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Tensor>& tensors,
+                                                             const c10d::BroadcastOptions& opts) {
+  Call call(*this, "broadcast", c10d::OpType::BROADCAST, opts.timeout);
+  return call.run([&] {
+    auto views = movable(call.host(tensors));
+    return call.start(call.transport(*transport_).broadcast(views, opts), tensors);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Tensor>& tensors,
+                                                             const c10d::AllreduceOptions& opts) {
+  Call call(*this, "allreduce", c10d::OpType::ALLREDUCE, opts.timeout);
+  return call.run([&] {
+    auto views = call.host(tensors);
+    const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
+    call.ready();
+    if (reduction.premultiply) reduction.scale_in_place(views);
+    if (reduction.average) call.finally(averaging(views, size_));
+    c10d::AllreduceOptions transport_opts = opts;
+    transport_opts.reduceOp = reduction.transport_op;
+    return call.start(call.transport(*transport_).allreduce(views, transport_opts), tensors);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                       const c10d::AllreduceCoalescedOptions& opts) {
+  Call call(*this, "allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
+  return call.run([&] {
+    auto views = call.host(tensors);
+    const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
+    call.ready();
+    if (reduction.premultiply) reduction.scale_in_place(views);
+    if (reduction.average) call.finally(averaging(views, size_));
+    c10d::AllreduceCoalescedOptions transport_opts = opts;
+    transport_opts.reduceOp = reduction.transport_op;
+    return call.start(call.transport(*transport_).allreduce_coalesced(views, transport_opts), tensors);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor>& tensors,
+                                                          const c10d::ReduceOptions& opts) {
+  Call call(*this, "reduce", c10d::OpType::REDUCE, opts.timeout);
+  return call.run([&] {
+    auto views = call.host(tensors);
+    const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
+    const bool root = rank_ == opts.rootRank;
+    call.ready();
+    std::vector<at::Tensor> reduced = views;
+    if (reduction.premultiply) {  // on copies: a non-root rank's tensor is its input only
+      reduced = reduction.scaled(views);
+      if (root) {
+        call.finally([views, reduced] {
+          for (size_t i = 0; i < views.size(); ++i) views[i].copy_(reduced[i]);
+        });
+      }
+    }
+    if (reduction.average && root) call.finally(averaging(views, size_));
+    c10d::ReduceOptions transport_opts = opts;
+    transport_opts.reduceOp = reduction.transport_op;
+    return call.start(call.transport(*transport_).reduce(reduced, transport_opts), tensors);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                             std::vector<at::Tensor>& inputs,
+                                                             const c10d::AllgatherOptions& opts) {
+  Call call(*this, "allgather", c10d::OpType::ALLGATHER, opts.timeout);
+  return call.run([&] {
+    auto output_views = movable(call.host(outputs));
+    auto input_views = movable(call.host(inputs));
+    auto work = call.transport(*transport_).allgather(output_views, input_views, opts);
+    return call.start(work, c10::IValue(outputs), flatten(outputs));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                   const c10d::AllgatherOptions& opts) {
+  Call call(*this, "_allgather_base", c10d::OpType::_ALLGATHER_BASE, opts.timeout);
+  return call.run([&] {
+    at::Tensor output_view = movable(call.host(output));
+    at::Tensor input_view = movable(call.host(input));
+    return call.start(call.transport(*transport_)._allgather_base(output_view, input_view, opts), {output});
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  Call call(*this, "allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts.timeout);
+  return call.run([&] {
+    auto output_views = movable(call.host(output_lists));
+    auto input_views = movable(call.host(inputs));
+    auto work = call.transport(*transport_).allgather_coalesced(output_views, input_views, opts);
+    return call.start(work, c10::IValue(output_lists), flatten(output_lists));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  Call call(*this, "allgather_into_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
+  return call.run([&] {
+    auto output_views = movable(call.host(outputs));
+    auto input_views = movable(call.host(inputs));
+    return call.start(call.transport(*transport_).allgather_into_tensor_coalesced(output_views, input_views, opts),
+                      outputs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::GatherOptions& opts) {
+  Call call(*this, "gather", c10d::OpType::GATHER, opts.timeout);
+  return call.run([&] {
+    auto output_views = movable(call.host(outputs));
+    auto input_views = movable(call.host(inputs));
+    auto work = call.transport(*transport_).gather(output_views, input_views, opts);
+    return call.start(work, c10::IValue(outputs), flatten(outputs));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(std::vector<at::Tensor>& outputs,
+                                                           std::vector<std::vector<at::Tensor>>& inputs,
+                                                           const c10d::ScatterOptions& opts) {
+  Call call(*this, "scatter", c10d::OpType::SCATTER, opts.timeout);
+  return call.run([&] {
+    auto output_views = movable(call.host(outputs));
+    auto input_views = movable(call.host(inputs));
+    return call.start(call.transport(*transport_).scatter(output_views, input_views, opts), outputs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                  std::vector<std::vector<at::Tensor>>& inputs,
+                                                                  const c10d::ReduceScatterOptions& opts) {
+  Call call(*this, "reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts.timeout);
+  return call.run([&] {
+    auto output_views = call.host(outputs);
+    auto input_views = call.host(inputs);
+    const Reduction reduction = plan_reduction(opts.reduceOp, flatten(inputs));
+    call.ready();
+    if (reduction.premultiply) {
+      for (auto& list : input_views) list = reduction.scaled(list);
+    }
+    if (reduction.average) call.finally(averaging(output_views, size_));
+    c10d::ReduceScatterOptions transport_opts = opts;
+    transport_opts.reduceOp = reduction.transport_op;
+    return call.start(call.transport(*transport_).reduce_scatter(output_views, input_views, transport_opts), outputs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                        const c10d::ReduceScatterOptions& opts) {
+  Call call(*this, "_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout);
+  return call.run([&] {
+    at::Tensor output_view = call.host(output);
+    at::Tensor input_view = call.host(input);
+    const Reduction reduction = plan_reduction(opts.reduceOp, {input});
+    call.ready();
+    if (reduction.premultiply) input_view = reduction.scaled(input_view);
+    if (reduction.average) call.finally(averaging({output_view}, size_));
+    c10d::ReduceScatterOptions transport_opts = opts;
+    transport_opts.reduceOp = reduction.transport_op;
+    return call.start(call.transport(*transport_)._reduce_scatter_base(output_view, input_view, transport_opts),
+                      {output});
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  Call call(*this, "reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts.timeout);
+  return call.run([&] {
+    auto output_views = call.host(outputs);
+    auto input_views = call.host(inputs);
+    const Reduction reduction = plan_reduction(opts.reduceOp, inputs);
+    call.ready();
+    if (reduction.premultiply) input_views = reduction.scaled(input_views);
+    if (reduction.average) call.finally(averaging(output_views, size_));
+    c10d::ReduceScatterOptions transport_opts = opts;
+    transport_opts.reduceOp = reduction.transport_op;
+    auto work = call.transport(*transport_).reduce_scatter_tensor_coalesced(output_views, input_views, transport_opts);
+    return call.start(work, outputs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                 std::vector<int64_t>& output_split_sizes,
+                                                                 std::vector<int64_t>& input_split_sizes,
+                                                                 const c10d::AllToAllOptions& opts) {
+  Call call(*this, "alltoall_base", c10d::OpType::ALLTOALL_BASE, opts.timeout);
+  return call.run([&] {
+    at::Tensor output_view = movable(call.host(output));
+    at::Tensor input_view = movable(call.host(input));
+    auto work = call.transport(*transport_).alltoall_base(output_view, input_view, output_split_sizes,
+                                                            input_split_sizes, opts);
+    return call.start(work, {output});
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tensor>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::AllToAllOptions& opts) {
+  Call call(*this, "alltoall", c10d::OpType::ALLTOALL, opts.timeout);
+  return call.run([&] {
+    auto output_views = call.host(outputs);
+    auto input_views = call.host(inputs);
+    auto same_shapes = [](const std::vector<at::Tensor>& tensors) {
+      for (const auto& tensor : tensors) {
+        if (tensor.sizes() != tensors[0].sizes()) return false;
+      }
+      return true;
+    };
+    if (same_shapes(output_views) && same_shapes(input_views)) {
+      output_views = movable(std::move(output_views));
+      input_views = movable(std::move(input_views));
+      return call.start(call.transport(*transport_).alltoall(output_views, input_views, opts), outputs);
+    }
+    // Tensors of different sizes (Gloo's alltoall takes equal ones): one all-to-all of the
+    // concatenated inputs with per-rank element counts, copied out into the outputs.
+    TORCH_CHECK(!input_views.empty() && !output_views.empty(), "alltoall needs one input and one output per rank");
+    for (const auto& view : output_views) {
+      TORCH_CHECK(view.scalar_type() == input_views[0].scalar_type(), "alltoall of ",
+                  dtype_name(input_views[0].scalar_type()), " inputs into ", dtype_name(view.scalar_type()),
+                  " outputs: the dtypes must match");
+    }
+    std::vector<int64_t> input_counts, output_counts;
+    std::vector<at::Tensor> flat_inputs;
+    for (const auto& view : input_views) {
+      input_counts.push_back(view.numel());
+      flat_inputs.push_back(view.reshape({-1}));
+    }
+    for (const auto& view : output_views) output_counts.push_back(view.numel());
+    call.ready();
+    at::Tensor packed_input = at::cat(flat_inputs);
+    at::Tensor packed_output = at::empty({c10::sum_integers(output_counts)}, packed_input.options());
+    call.finally([output_views, packed_output, output_counts] {
+      int64_t offset = 0;
+      for (size_t i = 0; i < output_views.size(); ++i) {
+        output_views[i].copy_(packed_output.narrow(0, offset, output_counts[i]).view(output_views[i].sizes()));
+        offset += output_counts[i];
+      }
+    });
+    at::Tensor output_bytes = movable(packed_output);
+    at::Tensor input_bytes = movable(packed_input);
+    auto work = call.transport(*transport_).alltoall_base(output_bytes, input_bytes, output_counts, input_counts, opts);
+    return call.start(work, outputs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
+  Call call(*this, "send", c10d::OpType::SEND, Milliseconds(-1));
+  return call.run([&] {
+    auto views = movable(call.host(tensors));
+    return call.start(call.transport(*transport_).send(views, dst_rank, tag), tensors);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
+  Call call(*this, "recv", c10d::OpType::RECV, Milliseconds(-1));
+  return call.run([&] {
+    auto views = movable(call.host(tensors));
+    return call.start(call.transport(*transport_).recv(views, src_rank, tag), tensors);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  Call call(*this, "recv (any source)", c10d::OpType::RECVANYSOURCE, Milliseconds(-1));
+  return call.run([&] {
+    auto views = movable(call.host(tensors));
+    return call.start(call.transport(*transport_).recvAnysource(views, tag), tensors);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions& opts) {
+  Call call(*this, "barrier", c10d::OpType::BARRIER, opts.timeout);
+  return call.run([&] {
+    // The work queued on this rank's device before the barrier has run when it returns.
+    return call.start(call.transport(*transport_).barrier(opts), std::vector<at::Tensor>());
+  });
+}
+
+void ProcessGroupNeuron::setSequenceNumberForGroup() { transport_->setSequenceNumberForGroup(); }
+uint64_t ProcessGroupNeuron::getSequenceNumberForGroup() { return transport_->getSequenceNumberForGroup(); }
+void ProcessGroupNeuron::abort() { transport_->abort(); }
+void ProcessGroupNeuron::shutdown() { transport_->shutdown(); }
+
+}  // namespace torch_neuron

@@ -1,0 +1,118 @@
+// Note [ProcessGroupNeuron]
+// The c10d backend "neuron": torch.distributed.init_process_group(backend="neuron").
+// Equivalent to: ProcessGroupNCCL for CUDA, ProcessGroupHCCL for Ascend.
+//
+// Transport. Every collective runs on Gloo (c10d::ProcessGroupGloo, shipped in the torch
+// wheel; made by the Python registration with the group's store, rank, size and timeout), on
+// zero-copy host views of the neuron tensors: device memory is host memory in the simulator,
+// so Gloo reads and writes the device's own bytes, nothing is staged. A view holds its device
+// buffer (and, under NEURON_SIM_MEMORY_GUARD=1, keeps it open for host access) for as long as
+// Gloo holds the view, so memory a collective still uses is never reused. (Next: a
+// shared-memory transport in runtime/ for ranks on one host, Gloo staying for other hosts.)
+//
+// Ordering. A collective first waits for the work queued on its device's current stream
+// (NEURON_LAUNCH_BLOCKING=0), so Gloo reads finished inputs and no queued kernel still
+// touches its outputs. The collectives of one group run in the order they were issued (the
+// Gloo group has one worker thread), as a NCCL group's do on its stream. Its Work completes when Gloo's does, after the step that finishes
+// the result where there is one (AVG's division, copies back from staging); the Work's
+// future then holds the neuron tensors. wait() blocks the calling thread until then, so
+// every op issued after wait() sees the results. Until then the outputs must not be read
+// (as with NCCL). Where Gloo's work has no future (send, recv, the reduce-scatters), the Work
+// completes in wait(), and its future with it.
+//
+// Beyond Gloo's own semantics:
+//  - AVG: SUM, then a division by the group size (truncating for integers, as NCCL does);
+//  - PREMUL_SUM: each rank scales its own contribution by the factor first (on a copy
+//    where the input is not also the output), then SUM;
+//  - dtypes Gloo has no type for (int16, uint16/32/64, float8, ...): data-movement
+//    collectives move their bytes; reductions raise, naming the dtype;
+//  - all-to-all of lists of tensors of different sizes (Gloo takes equal ones): one
+//    all-to-all of the concatenated inputs, copied out into the outputs.
+//
+// Faults. Every error names the collective, the group and this rank. A collective that
+// cannot finish fails within the group's timeout: Gloo times out each transfer, and wait()
+// gives up at the Work's deadline (start + timeout) with DistBackendError. A peer that dies
+// closes its connections, which fails the peers' collectives at once.
+//
+// Thread safety: as c10d requires, every rank issues the group's collectives in the same
+// order; a Work may be waited for from any thread.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace torch_neuron {
+
+class ProcessGroupNeuron final : public c10d::Backend {
+ public:
+  // `transport`: a ProcessGroupGloo over the group's store, rank and size. `device`: the
+  // process's core (used by barrier, and where a collective names no tensor).
+  ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, int rank, int size,
+                     std::chrono::milliseconds timeout, c10::DeviceIndex device);
+  ~ProcessGroupNeuron() override;
+
+  const std::string getBackendName() const override { return "neuron"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override { return options_; }
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  c10::DeviceIndex device() const { return device_; }
+  std::chrono::milliseconds timeout() const { return options_->timeout; }
+  // "allreduce on neuron process group '0' (default_pg), rank 1 of 2"
+  std::string describe(const std::string& collective) const;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& output_lists,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
+  void abort() override;
+  void shutdown() override;
+
+ private:
+  c10::intrusive_ptr<c10d::Backend> transport_;
+  c10::intrusive_ptr<Options> options_;
+  c10::DeviceIndex device_;
+};
+
+}  // namespace torch_neuron

@@ -1,0 +1,226 @@
+"""The c10d backend "neuron" (Note [ProcessGroupNeuron]): two ranks under torchrun, every
+collective against Gloo on CPU tensors, faults, and tensor-parallel generation.
+
+The ranks run tests/distributed_worker.py; each writes its checks to a JSON file, which the
+tests below read (one launch per scenario keeps the file's time down)."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import torch_neuron_sim.distributed as neuron_distributed
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "distributed_worker.py")
+WORLD = 2
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def clean_env(extra=None):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE="")
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "NEURON_RT_VISIBLE_CORES"):
+        env.pop(name, None)
+    env.update(extra or {})
+    return env
+
+
+def torchrun(args, env=None, timeout=180):
+    """Runs the worker on WORLD ranks under torchrun; returns the completed process."""
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={WORLD}",
+               f"--master-port={free_port()}", WORKER, *args]
+    result = subprocess.run(command, env=clean_env(env), capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"torchrun failed ({result.returncode}):\n{result.stdout[-3000:]}\n" \
+                                   f"{result.stderr[-6000:]}"
+    return result
+
+
+def results(out_dir, rank):
+    with open(os.path.join(out_dir, f"rank{rank}.json")) as report:
+        return json.load(report)
+
+
+# ---- every collective, against Gloo on CPU tensors ------------------------------------------
+
+MODES = {
+    "launch-blocking": {},
+    # Every op queued on the stream, device memory guarded (the transport's views must open
+    # it), and the ranks on cores 2 and 3 (NEURON_RT_VISIBLE_CORES).
+    "asynchronous": {"NEURON_LAUNCH_BLOCKING": "0", "NEURON_SIM_INLINE_BYTES": "0", "NEURON_SIM_MEMORY_GUARD": "1",
+                     "NEURON_RT_VISIBLE_CORES": "2,3"},
+}
+
+
+@pytest.fixture(scope="module", params=list(MODES))
+def ops(request, tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp(f"ops-{request.param}")
+    torchrun(["ops", str(out_dir)], env=MODES[request.param])
+    return [results(out_dir, rank) for rank in range(WORLD)], request.param
+
+
+def assert_checks(ops, *prefixes):
+    reports, _ = ops
+    names = [name for name in reports[0] if name.startswith(prefixes)]
+    assert names, f"no check starts with {prefixes}"
+    failures = [f"rank {rank}: {name}\n{report.get(name, [False, 'not run'])[1]}"
+                for rank, report in enumerate(reports) for name in names if not report.get(name, [False])[0]]
+    assert not failures, "\n".join(failures)
+    return names
+
+
+def test_all_reduce(ops):
+    names = assert_checks(ops, "all_reduce")
+    for op in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM", "_coalesced",
+               "_coalescing_manager", "non-contiguous", "storage offset", "bfloat16"):
+        assert any(op in name for name in names), op
+
+
+def test_all_gather(ops):
+    names = assert_checks(ops, "all_gather")
+    for form in ("all_gather torch.float32", "all_gather torch.int16", "all_gather_into_tensor",
+                 "all_gather_coalesced", "all_gather_into_tensor in a _coalescing_manager"):
+        assert form in names, form
+
+
+def test_reduce_scatter(ops):
+    names = assert_checks(ops, "reduce_scatter")
+    assert "reduce_scatter_tensor AVG and PREMUL_SUM" in names
+
+
+def test_broadcast_is_a_broadcast(ops):
+    names = assert_checks(ops, "broadcast")
+    assert "broadcast is a broadcast (the root's NaN and inf arrive as they are)" in names
+
+
+def test_reduce_gather_scatter(ops):
+    assert_checks(ops, "reduce to", "gather to", "scatter from")
+
+
+def test_all_to_all_uneven(ops):
+    names = assert_checks(ops, "all_to_all")
+    assert "all_to_all_single, uneven splits torch.float32" in names
+    assert "all_to_all (lists, uneven sizes)" in names
+
+
+def test_send_recv(ops):
+    assert_checks(ops, "send / recv", "isend / irecv", "batch_isend_irecv", "recv from any source")
+
+
+def test_barrier_on_any_group(ops):
+    assert_checks(ops, "barrier")
+
+
+def test_asynchronous_work_and_ordering(ops):
+    assert_checks(ops, "asynchronous work", "a collective waits for the work queued before it")
+
+
+def test_memory_is_released(ops):
+    assert_checks(ops, "no device memory is held")
+
+
+def test_errors_name_collective_group_and_rank(ops):
+    assert_checks(ops, "errors name")
+
+
+def test_one_core_per_process(ops):
+    reports, mode = ops
+    assert_checks(ops, "one core per process")
+    first_core = 2 if mode == "asynchronous" else 0
+    for rank, report in enumerate(reports):
+        assert report["one core per process, from LOCAL_RANK"][1] == f"neuron:{rank} core {first_core + rank}"
+
+
+def test_destroy_and_init_again(ops):
+    assert_checks(ops, "destroy_process_group, then a new group")
+
+
+def test_process_device_from_local_rank(monkeypatch):
+    monkeypatch.setattr(torch.neuron, "device_count", lambda: 4)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert neuron_distributed.process_device() == 3
+    monkeypatch.setenv("LOCAL_RANK", "4")
+    with pytest.raises(RuntimeError, match="LOCAL_RANK=4 has no neuron core of its own: 4 cores are visible"):
+        neuron_distributed.process_device()
+    monkeypatch.setattr(torch.neuron, "device_count", lambda: 1)  # NEURON_RT_VISIBLE_CORES=<one core>
+    assert neuron_distributed.process_device() == 0
+
+
+def test_backend_is_registered_for_neuron():
+    import torch.distributed as dist
+    assert "neuron" in dist.Backend.backend_list
+    assert dist.Backend.default_device_backend_map["neuron"] == "neuron"
+    assert dist.Backend.backend_capability["neuron"] == ["neuron"]
+
+
+# ---- faults ---------------------------------------------------------------------------------
+
+def test_timeout_and_killed_peer(tmp_path):
+    """Rank 1 does not call an allreduce (rank 0 must fail within the group's 3 s timeout), then
+    is killed (SIGKILL) while rank 0 is in an allreduce: rank 0 fails at once, names the
+    collective, and still destroys its process group. Plain processes, not torchrun, whose
+    agent would stop rank 0 when rank 1 dies."""
+    port, timeout = free_port(), 3
+    processes = []
+    for rank in range(WORLD):
+        env = clean_env({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
+                         "LOCAL_WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                         "FAULT_TIMEOUT": str(timeout)})
+        processes.append(subprocess.Popen([sys.executable, WORKER, "faults", str(tmp_path)], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    try:
+        outputs = [process.communicate(timeout=120)[0] for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    assert processes[1].returncode == -signal.SIGKILL, outputs[1][-3000:]
+    assert processes[0].returncode == 0, outputs[0][-3000:]
+    report = results(tmp_path, 0)
+    assert report["wait(timeout) gives up at its timeout"][0], report["wait(timeout) gives up at its timeout"][1]
+
+    message = report["timeout error"][1]
+    assert message.startswith("DistBackendError: allreduce on neuron process group"), message
+    # our deadline ("timed out"), or Gloo's, whose pair the first timeout closed ("timeout caused pair closure")
+    assert "rank 0 of 2" in message and ("timed out" in message or "timeout" in message), message
+    assert report["timeout seconds"][1] < timeout + 3, report["timeout seconds"]
+
+    passed, message = report["killed peer error"]
+    assert passed, message
+    assert message.startswith("DistBackendError: allreduce on neuron process group"), message
+    assert "rank 0 of 2 failed" in message, message
+    assert report["killed peer seconds"][1] < timeout, report["killed peer seconds"]
+    assert report["destroy_process_group after the faults"][0]
+
+
+# ---- tensor-parallel generation (the seed's example) ----------------------------------------
+
+def test_tensor_parallel_generate_matches_one_device(tmp_path):
+    from tiny_models import build
+
+    model = build("llama")
+    model.save_pretrained(tmp_path / "model")
+    full_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    prompt = [[1, 5, 9, 17, 33, 2, 77]]
+    expected = model.to("neuron").generate(torch.tensor(prompt, device="neuron"), max_new_tokens=12,
+                                           do_sample=False).tolist()
+
+    torchrun(["tp", str(tmp_path / "model"), str(tmp_path)],
+             env={"TP_PROMPT": json.dumps(prompt), "TP_NEW_TOKENS": "12"})
+    for rank in range(WORLD):
+        report = results(tmp_path, rank)
+        assert report["tokens"][1] == expected, (rank, report["tokens"][1], expected)
+        assert report["device"][1] == f"neuron:{rank}"
+        assert report["backend"][1] == "neuron"
+        # each rank holds its shard: about half the weights (norms are replicated)
+        assert report["memory_allocated"][1] < 0.6 * full_bytes, (report["memory_allocated"][1], full_bytes)
