@@ -113,3 +113,27 @@ except (IndexError, RuntimeError) as e:
 print(torch.equal((x * 3).cpu(), x.cpu() * 3))
 """)
     assert out == ["raised", "True"]
+
+
+def test_kernel_bodies_follow_the_small_ops_policy():
+    # Review 11, finding 4: a fused LSTM cell re-ran its whole body on meta tensors at every
+    # asynchronous call (50x the blocking cost). A small cell on an idle stream now runs at
+    # the call (no meta run, nothing queued); behind pending work it is queued, with the
+    # same values.
+    out = run_small_ops("""
+A = torch.ops.aten
+ig, hg, cx = (torch.randn(8, 256, device="neuron"), torch.randn(8, 256, device="neuron"),
+              torch.randn(8, 64, device="neuron"))
+i, f, g, o = (ig.cpu() + hg.cpu()).chunk(4, 1)
+cy = f.sigmoid() * cx.cpu() + i.sigmoid() * g.tanh()
+expected = (o.sigmoid() * cy.tanh(), cy)             # CUDA's contract: (hy, cy, workspace)
+r, n_idle = enqueued(lambda: A._thnn_fused_lstm_cell(ig, hg, cx))
+_C._stream_sleep(50_000_000)
+A._thnn_fused_lstm_cell(ig, hg, cx)    # first call behind work: drains, runs, checks its meta run
+_C._stream_sleep(50_000_000)
+q, n_busy = enqueued(lambda: A._thnn_fused_lstm_cell(ig, hg, cx))
+same = all(torch.allclose(a.cpu(), b) for a, b in zip(r, expected)) and all(
+    torch.equal(a.cpu(), b.cpu()) for a, b in zip(q, r))
+print(n_idle, n_busy >= 1, same)
+""")
+    assert out == ["0", "True", "True"]
