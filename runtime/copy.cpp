@@ -22,18 +22,16 @@ void copy_host_to_device(Stream& stream, const BufferRef& dst, size_t dst_offset
     throw Error(ErrorCode::kInvalidArgument,
                 "a non-blocking copy from host memory needs a held (pinned) host buffer");
   }
-  if (blocking && !stream.launch_blocking() && stream.query() && !stream.failure()) {
-    // Nothing pending on the stream: the copy needs no hand-off to its worker.
+  auto copy = [dst, dst_offset, host_src, host_hold, bytes] {
     GuardScope scope;
     scope.add(dst.get());
     std::memcpy(at(dst, dst_offset), host_src, bytes);
+  };
+  if (blocking && !stream.launch_blocking() && stream.query() && !stream.failure()) {
+    copy();  // nothing pending on the stream: no hand-off to its worker
     return;
   }
-  stream.enqueue([dst, dst_offset, host_src, host_hold, bytes] {
-    GuardScope scope;
-    scope.add(dst.get());
-    std::memcpy(at(dst, dst_offset), host_src, bytes);
-  });
+  stream.enqueue(std::move(copy));
   if (blocking) stream.synchronize();
 }
 

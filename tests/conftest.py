@@ -19,6 +19,23 @@ def run_python(code, env=None, timeout=120):
                           text=True, timeout=timeout)
 
 
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def review_repros(folder):
+    """The repro scripts a review left in tests/<folder>/ (kept as regression tests)."""
+    return sorted(f for f in os.listdir(os.path.join(TESTS, folder)) if f.endswith(".py"))
+
+
+def run_review_repro(folder, script, tmp_path):
+    """Runs tests/<folder>/<script> in its own process (a fresh program cache, offline), and
+    asserts it exits 0: its finding stays fixed."""
+    env = dict(os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"), HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, os.path.join(TESTS, folder, script)], cwd=str(tmp_path), env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{script}:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+
+
 @pytest.fixture
 def neuron():
     return torch.device("neuron")

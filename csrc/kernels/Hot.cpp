@@ -23,9 +23,8 @@ bool direct(const Tensors&... operands) {
     int64_t bytes = 0;
     c10::DeviceIndex device = -1;
     auto count = [&](const at::Tensor& t) {
-      if (!t.defined()) return;
-      bytes += int64_t(t.numel()) * int64_t(t.element_size());
-      if (device < 0 && t.device().type() == kNeuron) device = t.device().index();
+      bytes += bytes_of(t);
+      if (device < 0 && t.defined() && t.device().type() == kNeuron) device = t.device().index();
     };
     (count(operands), ...);
     if (device < 0 || !runs_at_call_when_idle(bytes, device)) return false;

@@ -117,7 +117,8 @@ int64_t inline_bytes_limit() {
 }
 
 bool runs_at_call_when_idle(int64_t bytes, c10::DeviceIndex device) {
-  if (bytes > inline_bytes_limit()) return false;
+  const int64_t limit = inline_bytes_limit();
+  if (limit == 0 || bytes > limit) return false;  // 0: every op that can be queued is (also empty ones)
   const neuron_rt::Stream& stream = current_stream(device);
   return stream.query() && !stream.failure();
 }
@@ -831,17 +832,13 @@ std::vector<at::Tensor> allocate_outputs(const MetaEntry& meta, c10::DeviceIndex
 bool runs_inline_when_idle(const MetaEntry& meta, const c10::IValue* arguments, size_t count,
                            c10::DeviceIndex device) {
   const int64_t limit = inline_bytes_limit();
-  if (limit == 0) return false;
   int64_t bytes = 0;
-  auto add = [&](int64_t numel, at::ScalarType dtype) { bytes += numel * int64_t(c10::elementSize(dtype)); };
   for (size_t i = 0; i < count && bytes <= limit; ++i) {
-    for_each_tensor(arguments[i], [&](const at::Tensor& t) {
-      if (t.defined()) add(t.numel(), t.scalar_type());
-    });
+    for_each_tensor(arguments[i], [&](const at::Tensor& t) { bytes += bytes_of(t); });
   }
   for (const auto& metas : meta.outputs) {
     for (const TensorMeta& t : metas) {
-      if (t.defined) add(c10::multiply_integers(t.sizes), t.dtype);
+      if (t.defined) bytes += c10::multiply_integers(t.sizes) * int64_t(c10::elementSize(t.dtype));
     }
   }
   return runs_at_call_when_idle(bytes, device);
@@ -936,7 +933,7 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
       if (verdict && *verdict == kQueue) {
         if (runs_inline_when_idle(*meta, arguments, num_arguments, device)) {
-          return run_inline(plan, op, stack, begin, device, /*drain=*/true);  // raises a sticky error
+          return run_inline(plan, op, stack, begin, device, /*drain=*/false);  // the stream is idle
         }
         return enqueue(plan, op, stack, begin, device, *meta);
       }
@@ -1039,7 +1036,7 @@ std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tenso
   std::optional<bool> verdict;
   if (queue) {
     int64_t bytes = 0;
-    for (const at::Tensor& t : inputs) bytes += t.defined() ? int64_t(t.numel()) * int64_t(t.element_size()) : 0;
+    for (const at::Tensor& t : inputs) bytes += bytes_of(t);
     queue = !runs_at_call_when_idle(bytes, device);
   }
   if (queue) {

@@ -98,6 +98,8 @@ bool asynchronous();
 // it computes. NEURON_SIM_INLINE_BYTES sets the limit (default 64 KiB; 0 queues every op
 // that can be queued).
 int64_t inline_bytes_limit();
+// The bytes a tensor operand covers (0 when undefined), for that estimate.
+inline int64_t bytes_of(const at::Tensor& t) { return t.defined() ? int64_t(t.nbytes()) : 0; }
 // True when `bytes` is within the limit and the current stream of `device` has nothing
 // pending and has not failed.
 bool runs_at_call_when_idle(int64_t bytes, c10::DeviceIndex device);
