@@ -24,7 +24,7 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 
 def review_repros(folder):
     """The repro scripts a review left in tests/<folder>/ (kept as regression tests)."""
-    return sorted(f for f in os.listdir(os.path.join(TESTS, folder)) if f.endswith(".py"))
+    return sorted(f for f in os.listdir(os.path.join(TESTS, folder)) if f.endswith(".py") and not f.startswith("_"))
 
 
 def run_review_repro(folder, script, tmp_path):

@@ -447,6 +447,51 @@ def ops_scenario(out_dir):
         after = torch.neuron.memory_allocated()
         assert after == before, (before, after)
 
+    @check("reduce_scatter of inputs of different sizes (each rank's output its own size)")
+    def _():
+        inputs = [data((r + 1, 2), torch.float32, rank, r).to(NEURON) for r in range(world)]
+        output = torch.zeros(rank + 1, 2, device=NEURON)
+        dist.reduce_scatter(output, inputs, op=dist.ReduceOp.AVG)
+        expected = sum(data((rank + 1, 2), torch.float32, r, rank) for r in range(world)) / world
+        same([expected], [output])
+
+    @check("a finishing step ends before the next collective starts (no wait between them)")
+    def _():
+        t = torch.full((4,), float(rank + 1), device=NEURON)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)  # then / world: its finishing step
+        dist.all_reduce(t, async_op=True).wait()
+        mean = sum(r + 1 for r in range(world)) / world
+        output = torch.zeros(2, device=NEURON)
+        dist.reduce_scatter_tensor(output, torch.full((2 * world,), float(rank + 1), device=NEURON),
+                                   op=dist.ReduceOp.AVG, async_op=True)  # copy-out and division
+        dist.all_reduce(output, async_op=True).wait()
+        same([torch.full((4,), mean * world), torch.full((2,), mean * world)], [t, output])
+
+    @check("futures complete without wait(): reduce_scatter_tensor, send/recv, a chained collective")
+    def _():
+        output = torch.zeros(2, device=NEURON)
+        future = dist.reduce_scatter_tensor(output, torch.ones(2 * world, device=NEURON), async_op=True).get_future()
+        same([torch.full((2,), float(world))], [future.wait()[0]])
+        t = torch.full((3,), float(rank), device=NEURON)
+        p2p = dist.isend(t, other) if rank == 0 else dist.irecv(t, other)
+        p2p.get_future().wait()
+        same([torch.zeros(3)], [t])
+        b = torch.full((2,), float(rank + 1), device=NEURON)
+        chained = dist.all_reduce(torch.ones(2, device=NEURON), async_op=True).get_future().then(
+            lambda _: dist.all_reduce(b, async_op=True).get_future().wait()[0])  # PowerSGD's pattern
+        same([torch.full((2,), float(sum(r + 1 for r in range(world))))], [chained.wait()])
+
+    @check("PREMUL_SUM refused by the transport leaves the caller's tensors as they were")
+    def _():
+        tensors = [torch.full((2,), 3.0, device=NEURON), torch.full((2,), 3.0, dtype=torch.float64, device=NEURON)]
+        try:
+            dist.all_reduce_coalesced(tensors, op=dist._make_nccl_premul_sum(2.0))
+        except Exception:  # noqa: BLE001 - the mixed dtypes are refused; the point is what is left
+            pass
+        else:
+            raise AssertionError("mixed dtypes accepted")
+        same([torch.full((2,), 3.0), torch.full((2,), 3.0, dtype=torch.float64)], tensors)
+
     @check("errors name the collective, the group and the rank")
     def _():
         try:

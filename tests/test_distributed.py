@@ -125,6 +125,27 @@ def test_asynchronous_work_and_ordering(ops):
     assert_checks(ops, "asynchronous work", "a collective waits for the work queued before it")
 
 
+def test_futures_complete_without_wait_and_callbacks_may_run_collectives(ops):
+    # review 9, findings 1 and 2: a reduce-scatter's or a point-to-point future completed only
+    # in wait(); a callback that waits for another collective (PowerSGD) deadlocked
+    assert_checks(ops, "futures complete without wait()")
+
+
+def test_finishing_steps_are_ordered_and_premul_sum_never_scales_in_place(ops):
+    assert_checks(ops, "a finishing step ends before", "PREMUL_SUM refused by the transport")
+
+
+def test_every_check_is_asserted_by_a_test(ops):
+    asserted = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce to", "gather to", "scatter from",
+                "all_to_all", "send / recv", "isend / irecv", "batch_isend_irecv", "recv from any source", "barrier",
+                "asynchronous work", "a collective waits for the work queued before it", "no device memory is held",
+                "errors name", "futures complete without wait()", "a finishing step ends before",
+                "PREMUL_SUM refused by the transport", "one core", "neuron:0", "destroy_process_group")
+    reports, _ = ops
+    unasserted = [name for name in reports[0] if not name.startswith(asserted)]
+    assert not unasserted, f"checks no test asserts: {unasserted}"
+
+
 def test_memory_is_released(ops):
     assert_checks(ops, "no device memory is held")
 

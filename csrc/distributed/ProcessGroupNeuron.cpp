@@ -7,9 +7,14 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "../NeuronAllocator.h"
@@ -205,12 +210,71 @@ std::function<void()> averaging(std::vector<at::Tensor> views, int size) {
   };
 }
 
+// Note [Completion threads]
+// What may block for long runs here, never on the transport's one thread: the callbacks a
+// user chains on a Work's future (PowerSGD's hook waits there for another collective, which
+// needs the transport's thread), and the waits for point-to-point transfers (Gloo's send and
+// recv works have no future). A task never waits for a busy thread: when every thread is busy
+// a new one starts, so a callback that blocks until another collective's future completes is
+// served by the next thread. Threads left idle for a minute end. One pool per process (a
+// forked child makes its own: the parent's threads are not in it).
+class CompletionThreads {
+ public:
+  static CompletionThreads& get() {
+    static std::mutex made;
+    static CompletionThreads* threads = nullptr;
+    static pid_t owner = 0;
+    std::lock_guard<std::mutex> lock(made);
+    if (!threads || owner != getpid()) {  // leaked: detached threads may still use it at exit
+      threads = new CompletionThreads();
+      owner = getpid();
+    }
+    return *threads;
+  }
+
+  void post(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tasks_.push_back(std::move(task));
+    if (tasks_.size() > idle_) {
+      std::thread([this] { serve(); }).detach();
+    } else {
+      ready_.notify_one();
+    }
+  }
+
+ private:
+  void serve() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      ++idle_;
+      const bool has_task = ready_.wait_for(lock, std::chrono::seconds(60), [&] { return !tasks_.empty(); });
+      --idle_;
+      if (!has_task) return;
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      try {
+        task();
+      } catch (...) {
+        // tasks report their errors through their Work's future
+      }
+      task = nullptr;  // what it held goes outside the lock
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> tasks_;
+  size_t idle_ = 0;  // threads waiting for a task
+};
+
 // Note [ProcessGroupNeuron]: the Work of one collective.
 class NeuronWork final : public c10d::Work {
  public:
   NeuronWork(std::string what, int rank, c10d::OpType type, Clock::time_point deadline, Milliseconds limit,
              c10::IValue value, std::vector<at::Tensor> outputs, c10::intrusive_ptr<c10d::Work> transport_work,
-             std::vector<std::function<void()>> finish_steps, bool completes_in_wait)
+             std::vector<std::function<void()>> finish_steps)
       : c10d::Work(rank, type),
         what_(std::move(what)),
         deadline_(deadline),
@@ -219,13 +283,15 @@ class NeuronWork final : public c10d::Work {
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(value_.type())),
         transport_work_(std::move(transport_work)),
-        finish_steps_(std::move(finish_steps)),
-        completes_in_wait_(completes_in_wait) {}
+        finish_steps_(std::move(finish_steps)) {}
 
   // The transport's work has ended (with `error`, or null): finishes the result and
-  // completes this Work and its future, unless it already ended (timed out, aborted).
+  // completes this Work and its future, unless it already ended. The finishing steps run
+  // even when a wait() gave up first (timed out, aborted): the transport has written the
+  // outputs by now, and without them they would hold neither the input nor the result
+  // (AVG's sum undivided) while the peers hold the result. Called once, by the thread that
+  // sees the transport's work end (the transport's, for works with a future).
   void transport_finished(std::exception_ptr error) {
-    if (done_.load()) return;
     if (!error) {
       try {
         for (auto& step : finish_steps_) step();
@@ -237,31 +303,40 @@ class NeuronWork final : public c10d::Work {
     complete(error ? backend_error(what_ + " failed: " + message_of(error)) : nullptr);
   }
 
+  // For a transport work without a future (send, recv): waits for it on a completion thread,
+  // until the Work's deadline and then until the transport gives up (Gloo times out its
+  // transfers), so the Work and its future complete without anyone calling wait().
+  void watch_transport() {
+    c10::intrusive_ptr<NeuronWork> self = c10::intrusive_ptr<NeuronWork>::reclaim_copy(this);
+    CompletionThreads::get().post([self] {
+      std::exception_ptr error;
+      try {
+        const auto left = std::chrono::duration_cast<Milliseconds>(self->deadline_ - Clock::now());
+        if (!self->transport_work_->wait(std::max(left, Milliseconds(1)))) {
+          self->time_out(false, Milliseconds(0));
+          self->transport_work_->wait(kNoTimeout);
+        }
+      } catch (...) {
+        error = std::current_exception();
+      }
+      self->transport_finished(error);
+    });
+  }
+
+  // Blocks until the Work completed (the transport's work and the finishing steps ended),
+  // or until `timeout` (the Work's deadline when none is given), then raises its error.
+  // Its future is complete too on return (its callbacks may still be running elsewhere).
   bool wait(Milliseconds timeout) override {
     const bool explicit_timeout = timeout != kNoTimeout;
     const Clock::time_point limit = explicit_timeout ? Clock::now() + timeout : deadline_;
-    if (completes_in_wait_) {
-      std::lock_guard<std::mutex> waiting(wait_mutex_);
-      if (!done_.load()) {
-        std::exception_ptr error;
-        try {
-          const auto left = std::chrono::duration_cast<Milliseconds>(limit - Clock::now());
-          if (!transport_work_->wait(std::max(left, Milliseconds(1)))) {
-            error = backend_error("not finished after " + std::to_string(timeout_ms(explicit_timeout, timeout)) +
-                                  " ms");
-          }
-        } catch (...) {
-          error = std::current_exception();
-        }
-        transport_finished(error);
-      }
-    } else {
+    {
       std::unique_lock<std::mutex> lock(mutex_);
       if (!cv_.wait_until(lock, limit, [&] { return completed_; })) {
         lock.unlock();
         time_out(explicit_timeout, timeout);
       }
     }
+    future_->wait();  // completed with the Work (Note [Completion threads]): returns at once, or nearly
     std::lock_guard<std::mutex> lock(mutex_);
     if (exception_) std::rethrow_exception(exception_);
     return true;
@@ -298,15 +373,18 @@ class NeuronWork final : public c10d::Work {
     }
   }
 
-  // Completes the Work and its future once; the first caller wins.
+  // Completes the Work and its future once; the first caller wins. The future is completed
+  // on a completion thread (Note [Completion threads]): its callbacks are the user's code.
   void complete(std::exception_ptr error) {
     if (done_.exchange(true)) return;
     finish(error);
-    if (error) {
-      future_->setError(error);
-    } else {
-      future_->markCompleted(value_);
-    }
+    CompletionThreads::get().post([future = future_, value = value_, error] {
+      if (error) {
+        future->setError(error);
+      } else {
+        future->markCompleted(value);
+      }
+    });
   }
 
   const std::string what_;
@@ -316,9 +394,7 @@ class NeuronWork final : public c10d::Work {
   const std::vector<at::Tensor> outputs_;
   const c10::intrusive_ptr<c10::ivalue::Future> future_;
   const c10::intrusive_ptr<c10d::Work> transport_work_;
-  std::vector<std::function<void()>> finish_steps_;  // touched by whoever ends the transport's work
-  const bool completes_in_wait_;  // the transport's work has no future: wait() ends it
-  std::mutex wait_mutex_;
+  std::vector<std::function<void()>> finish_steps_;  // touched by whoever sees the transport's work end
   std::atomic<bool> done_{false};
 };
 
@@ -384,21 +460,28 @@ class Call {
 
   c10::intrusive_ptr<c10d::Work> start(c10::intrusive_ptr<c10d::Work> transport_work, c10::IValue value,
                                        std::vector<at::Tensor> outputs) {
-    // Gloo's send, recv and reduce-scatter works have no future: they end in wait().
+    // Gloo's send and recv works have no future: a completion thread waits for them.
     c10::intrusive_ptr<c10::ivalue::Future> transport_future;
     try {
       transport_future = transport_work->getFuture();
     } catch (const c10::Error&) {
     }
+    // Finishing steps must end before the transport's next collective starts: only works
+    // with a future (whose callback runs on the transport's thread) may have them.
+    TORCH_INTERNAL_ASSERT(transport_future || finish_steps_.empty(), name_, ": finishing steps on a transport work "
+                          "without a future would race with the next collective");
     auto work = c10::make_intrusive<NeuronWork>(group_.describe(name_), group_.getRank(), type_, deadline_, limit_,
                                                 std::move(value), std::move(outputs), transport_work,
-                                                std::move(finish_steps_), /*completes_in_wait=*/!transport_future);
+                                                std::move(finish_steps_));
     if (transport_future) {
-      // Runs on the transport's thread (or here, when it has already finished). The cycle
+      // Runs on the transport's thread (or here, when it has already finished), so the
+      // finishing steps end before the transport starts the next collective. The cycle
       // work -> transport work -> its future -> this callback ends when the future completes.
       transport_future->addCallback([work](c10::ivalue::Future& future) {
         work->transport_finished(future.hasError() ? future.exception_ptr() : nullptr);
       });
+    } else {
+      work->watch_transport();
     }
     return work;
   }
@@ -418,10 +501,82 @@ class Call {
   std::vector<std::function<void()>> finish_steps_;
 };
 
+// The tensors a reduction hands the transport, and the steps that finish its result.
+// `views`: this rank's tensors, its contribution and, when it `receives` the result (reduce's
+// other ranks only contribute), where the result goes. PREMUL_SUM scales copies, never the
+// caller's tensors (a transport that refuses the call leaves them as they were), and copies
+// the result back; AVG divides the result by the group size.
+std::vector<at::Tensor> reduction_inputs(Call& call, const Reduction& reduction, const std::vector<at::Tensor>& views,
+                                         bool receives, int size) {
+  call.ready();  // the steps below read the tensors
+  std::vector<at::Tensor> sent = views;
+  if (reduction.premultiply) {
+    sent = reduction.scaled(views);
+    if (receives) {
+      call.finally([views, sent] {
+        for (size_t i = 0; i < views.size(); ++i) views[i].copy_(sent[i]);
+      });
+    }
+  }
+  if (reduction.average && receives) call.finally(averaging(views, size));
+  return sent;
+}
+
+// Reduce-scatter as an allreduce of staging copies, each output taking its chunk. Gloo's own
+// reduce-scatter works have no future: their result could only be finished (AVG, the
+// copy-out) after the transport had moved on to the next collective. `stages[i]`: output i's
+// inputs, flattened in rank order, a fresh copy (the allreduce writes it); `offsets[i]`:
+// where this rank's chunk starts in it. (Twice the traffic of a ring reduce-scatter; the
+// shared-memory transport will do it in place.)
+c10::intrusive_ptr<c10d::Work> reduce_scatter_by_allreduce(Call& call, c10d::Backend& transport,
+                                                           const Reduction& reduction, std::vector<at::Tensor> stages,
+                                                           std::vector<at::Tensor> output_views,
+                                                           std::vector<int64_t> offsets,
+                                                           const c10d::ReduceScatterOptions& opts,
+                                                           const std::vector<at::Tensor>& outputs, int size) {
+  if (reduction.premultiply) reduction.scale_in_place(stages);
+  call.finally([stages, output_views, offsets] {
+    for (size_t i = 0; i < output_views.size(); ++i) {
+      output_views[i].copy_(stages[i].narrow(0, offsets[i], output_views[i].numel()).view(output_views[i].sizes()));
+    }
+  });
+  if (reduction.average) call.finally(averaging(output_views, size));
+  c10d::AllreduceCoalescedOptions allreduce_opts;
+  allreduce_opts.reduceOp = reduction.transport_op;
+  allreduce_opts.timeout = opts.timeout;
+  return call.start(call.transport(transport).allreduce_coalesced(stages, allreduce_opts), outputs);
+}
+
 std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
   std::vector<at::Tensor> flat;
   for (const auto& list : lists) flat.insert(flat.end(), list.begin(), list.end());
   return flat;
+}
+
+// Each input holds the group's inputs for its output, concatenated in rank order.
+c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend& transport, int rank, int size,
+                                                      const std::vector<at::Tensor>& outputs,
+                                                      const std::vector<at::Tensor>& inputs,
+                                                      const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(inputs.size() == outputs.size(), "one input per output, got ", inputs.size(), " inputs for ",
+              outputs.size(), " outputs");
+  auto output_views = call.host(outputs);
+  auto input_views = call.host(inputs);
+  const Reduction reduction = plan_reduction(opts.reduceOp, inputs);
+  call.ready();
+  std::vector<at::Tensor> stages;
+  std::vector<int64_t> offsets;
+  for (size_t i = 0; i < input_views.size(); ++i) {
+    TORCH_CHECK(input_views[i].numel() == output_views[i].numel() * size, "the input has ", input_views[i].numel(),
+                " elements; it must have the output's ", output_views[i].numel(), " times the group size ", size);
+    TORCH_CHECK(input_views[i].scalar_type() == output_views[i].scalar_type(), "a ",
+                dtype_name(input_views[i].scalar_type()), " input for a ", dtype_name(output_views[i].scalar_type()),
+                " output: the dtypes must match");
+    stages.push_back(input_views[i].reshape({-1}).clone(at::MemoryFormat::Contiguous));
+    offsets.push_back(output_views[i].numel() * rank);
+  }
+  return reduce_scatter_by_allreduce(call, transport, reduction, std::move(stages), std::move(output_views),
+                                     std::move(offsets), opts, outputs, size);
 }
 
 }  // namespace
@@ -462,14 +617,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
                                                              const c10d::AllreduceOptions& opts) {
   Call call(*this, "allreduce", c10d::OpType::ALLREDUCE, opts.timeout);
   return call.run([&] {
-    auto views = call.host(tensors);
     const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
-    call.ready();
-    if (reduction.premultiply) reduction.scale_in_place(views);
-    if (reduction.average) call.finally(averaging(views, size_));
+    auto sent = reduction_inputs(call, reduction, call.host(tensors), /*receives=*/true, size_);
     c10d::AllreduceOptions transport_opts = opts;
     transport_opts.reduceOp = reduction.transport_op;
-    return call.start(call.transport(*transport_).allreduce(views, transport_opts), tensors);
+    return call.start(call.transport(*transport_).allreduce(sent, transport_opts), tensors);
   });
 }
 
@@ -477,14 +629,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vect
                                                                        const c10d::AllreduceCoalescedOptions& opts) {
   Call call(*this, "allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
   return call.run([&] {
-    auto views = call.host(tensors);
     const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
-    call.ready();
-    if (reduction.premultiply) reduction.scale_in_place(views);
-    if (reduction.average) call.finally(averaging(views, size_));
+    auto sent = reduction_inputs(call, reduction, call.host(tensors), /*receives=*/true, size_);
     c10d::AllreduceCoalescedOptions transport_opts = opts;
     transport_opts.reduceOp = reduction.transport_op;
-    return call.start(call.transport(*transport_).allreduce_coalesced(views, transport_opts), tensors);
+    return call.start(call.transport(*transport_).allreduce_coalesced(sent, transport_opts), tensors);
   });
 }
 
@@ -492,23 +641,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
                                                           const c10d::ReduceOptions& opts) {
   Call call(*this, "reduce", c10d::OpType::REDUCE, opts.timeout);
   return call.run([&] {
-    auto views = call.host(tensors);
     const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
-    const bool root = rank_ == opts.rootRank;
-    call.ready();
-    std::vector<at::Tensor> reduced = views;
-    if (reduction.premultiply) {  // on copies: a non-root rank's tensor is its input only
-      reduced = reduction.scaled(views);
-      if (root) {
-        call.finally([views, reduced] {
-          for (size_t i = 0; i < views.size(); ++i) views[i].copy_(reduced[i]);
-        });
-      }
-    }
-    if (reduction.average && root) call.finally(averaging(views, size_));
+    auto sent = reduction_inputs(call, reduction, call.host(tensors), /*receives=*/rank_ == opts.rootRank, size_);
     c10d::ReduceOptions transport_opts = opts;
     transport_opts.reduceOp = reduction.transport_op;
-    return call.start(call.transport(*transport_).reduce(reduced, transport_opts), tensors);
+    return call.start(call.transport(*transport_).reduce(sent, transport_opts), tensors);
   });
 }
 
@@ -585,17 +722,36 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at
                                                                   const c10d::ReduceScatterOptions& opts) {
   Call call(*this, "reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts.timeout);
   return call.run([&] {
+    TORCH_CHECK(inputs.size() == outputs.size(), "reduce_scatter takes one list of inputs per output, got ",
+                inputs.size(), " lists for ", outputs.size(), " outputs");
     auto output_views = call.host(outputs);
     auto input_views = call.host(inputs);
     const Reduction reduction = plan_reduction(opts.reduceOp, flatten(inputs));
     call.ready();
-    if (reduction.premultiply) {
-      for (auto& list : input_views) list = reduction.scaled(list);
+    std::vector<at::Tensor> stages;
+    std::vector<int64_t> offsets;
+    for (size_t i = 0; i < input_views.size(); ++i) {
+      const auto& list = input_views[i];
+      TORCH_CHECK(static_cast<int>(list.size()) == size_, "reduce_scatter takes one input per rank: ", list.size(),
+                  " inputs for ", size_, " ranks");
+      std::vector<at::Tensor> flat;
+      int64_t offset = 0;
+      for (int r = 0; r < size_; ++r) {
+        TORCH_CHECK(list[r].scalar_type() == output_views[i].scalar_type(), "reduce_scatter of ",
+                    dtype_name(list[r].scalar_type()), " inputs into a ", dtype_name(output_views[i].scalar_type()),
+                    " output: the dtypes must match");
+        if (r == rank_) {
+          TORCH_CHECK(list[r].numel() == output_views[i].numel(), "reduce_scatter: this rank's input has ",
+                      list[r].numel(), " elements, its output ", output_views[i].numel());
+          offsets.push_back(offset);
+        }
+        flat.push_back(list[r].reshape({-1}));
+        offset += list[r].numel();
+      }
+      stages.push_back(at::cat(flat));
     }
-    if (reduction.average) call.finally(averaging(output_views, size_));
-    c10d::ReduceScatterOptions transport_opts = opts;
-    transport_opts.reduceOp = reduction.transport_op;
-    return call.start(call.transport(*transport_).reduce_scatter(output_views, input_views, transport_opts), outputs);
+    return reduce_scatter_by_allreduce(call, *transport_, reduction, std::move(stages), std::move(output_views),
+                                       std::move(offsets), opts, outputs, size_);
   });
 }
 
@@ -603,35 +759,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tens
                                                                         const c10d::ReduceScatterOptions& opts) {
   Call call(*this, "_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout);
   return call.run([&] {
-    at::Tensor output_view = call.host(output);
-    at::Tensor input_view = call.host(input);
-    const Reduction reduction = plan_reduction(opts.reduceOp, {input});
-    call.ready();
-    if (reduction.premultiply) input_view = reduction.scaled(input_view);
-    if (reduction.average) call.finally(averaging({output_view}, size_));
-    c10d::ReduceScatterOptions transport_opts = opts;
-    transport_opts.reduceOp = reduction.transport_op;
-    return call.start(call.transport(*transport_)._reduce_scatter_base(output_view, input_view, transport_opts),
-                      {output});
+    std::vector<at::Tensor> outputs{output};
+    std::vector<at::Tensor> inputs{input};
+    return reduce_scatter_tensors(call, *transport_, rank_, size_, outputs, inputs, opts);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   Call call(*this, "reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts.timeout);
-  return call.run([&] {
-    auto output_views = call.host(outputs);
-    auto input_views = call.host(inputs);
-    const Reduction reduction = plan_reduction(opts.reduceOp, inputs);
-    call.ready();
-    if (reduction.premultiply) input_views = reduction.scaled(input_views);
-    if (reduction.average) call.finally(averaging(output_views, size_));
-    c10d::ReduceScatterOptions transport_opts = opts;
-    transport_opts.reduceOp = reduction.transport_op;
-    auto work = call.transport(*transport_).reduce_scatter_tensor_coalesced(output_views, input_views, transport_opts);
-    return call.start(work, outputs);
-  });
+  return call.run([&] { return reduce_scatter_tensors(call, *transport_, rank_, size_, outputs, inputs, opts); });
 }
+
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                                  std::vector<int64_t>& output_split_sizes,

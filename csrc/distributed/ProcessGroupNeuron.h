@@ -13,12 +13,17 @@
 // Ordering. A collective first waits for the work queued on its device's current stream
 // (NEURON_LAUNCH_BLOCKING=0), so Gloo reads finished inputs and no queued kernel still
 // touches its outputs. The collectives of one group run in the order they were issued (the
-// Gloo group has one worker thread), as a NCCL group's do on its stream. Its Work completes when Gloo's does, after the step that finishes
-// the result where there is one (AVG's division, copies back from staging); the Work's
-// future then holds the neuron tensors. wait() blocks the calling thread until then, so
-// every op issued after wait() sees the results. Until then the outputs must not be read
-// (as with NCCL). Where Gloo's work has no future (send, recv, the reduce-scatters), the Work
-// completes in wait(), and its future with it.
+// Gloo group has one worker thread), as a NCCL group's do on its stream; the step that
+// finishes a result (AVG's division, copies out of staging) runs on that thread as soon as
+// Gloo's op ends, so the next collective sees the finished result. The reduce-scatters run
+// as an allreduce of a staging copy (Gloo's reduce-scatter works have no future, so their
+// result could not be finished in order). A Work completes after its finishing step; its
+// future then holds the neuron tensors. The future is completed, and the callbacks chained
+// on it run, on a completion thread, never on Gloo's (Note [Completion threads] in the .cpp):
+// a callback may issue another collective and wait for it (PowerSGD's hook does). wait()
+// blocks the calling thread until the Work completed, so every op issued after wait() sees
+// the results. Until then the outputs must not be read (as with NCCL). Point-to-point works
+// (send, recv) are waited for on a completion thread, so their futures complete too.
 //
 // Beyond Gloo's own semantics:
 //  - AVG: SUM, then a division by the group size (truncating for integers, as NCCL does);
@@ -32,7 +37,9 @@
 // Faults. Every error names the collective, the group and this rank. A collective that
 // cannot finish fails within the group's timeout: Gloo times out each transfer, and wait()
 // gives up at the Work's deadline (start + timeout) with DistBackendError. A peer that dies
-// closes its connections, which fails the peers' collectives at once.
+// closes its connections, which fails the peers' collectives at once. A wait() that gave up
+// does not stop Gloo's op: the outputs are undefined until the op ends; when it does, its
+// finishing step still runs, so they then hold the result the peers got.
 //
 // Thread safety: as c10d requires, every rank issues the group's collectives in the same
 // order; a Work may be waited for from any thread.

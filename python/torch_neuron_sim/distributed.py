@@ -38,21 +38,22 @@ def process_device():
         "NEURON_RT_VISIBLE_CORES")
 
 
-# Default groups made so far in this process (every rank makes the same number). Group names
-# repeat after destroy_process_group(), and the store keeps the keys the previous transport's
-# rendezvous wrote: a transport that read them would connect to ports now closed.
-_generation = 0
+# How many times each group name was made in this process. Group names repeat after
+# destroy_process_group(), and the store keeps the keys the previous transport's rendezvous
+# wrote: a transport that read them would connect to ports now closed. Every member of a
+# group makes it the same number of times, so its members agree on the prefix (a count of
+# all groups would not do: a rank makes only the groups it belongs to).
+_made = {}
 
 
 def _create_process_group(options, backend_options=None):
     """The creator registered with torch.distributed (extended API: `options` is a
     _DistributedBackendOptions)."""
-    global _generation
     device = process_device()
     if not dist.is_initialized():  # the default group is being made
-        _generation += 1
         torch.neuron.set_device(device)
-    store = dist.PrefixStore(f"neuron/{_generation}/", options.store)
+    generation = _made[options.group_id] = _made.get(options.group_id, 0) + 1
+    store = dist.PrefixStore(f"neuron/{options.group_id}/{generation}/", options.store)
     transport = _gloo(store, options.group_rank, options.group_size, options.timeout)
     return _C._make_process_group_neuron(transport, options.group_rank, options.group_size, options.timeout,
                                          device)

@@ -1,0 +1,13 @@
+"""The repros of the review of the distributed change (review 9), kept as regression tests:
+each script (tests/dist_review/, two ranks spawned by _harness.py) exits 0 when its finding is
+fixed. 01: a reduce-scatter's future completes without wait(); 02: a future callback that runs
+another collective and waits for it (PowerSGD's hook) does not deadlock; 03: a wait() that
+timed out does not leave AVG's sum undivided."""
+import pytest
+
+from conftest import review_repros, run_review_repro
+
+
+@pytest.mark.parametrize("script", review_repros("dist_review"))
+def test_review_finding_stays_fixed(script, tmp_path):
+    run_review_repro("dist_review", script, tmp_path)
