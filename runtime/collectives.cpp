@@ -61,7 +61,17 @@ std::string link_of(const char* path) {
   return n > 0 ? std::string(target, static_cast<size_t>(n)) : std::string();
 }
 
-bool process_exited(pid_t pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
+// Gone, or a zombie (killed, its parent not yet told: a test harness reading another
+// process's output first).
+bool process_exited(pid_t pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  const std::string stat = read_line(("/proc/" + std::to_string(pid) + "/stat").c_str());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  const char state = stat[close + 2];
+  return state == 'Z' || state == 'X';
+}
 
 // Segments whose creator died before unlinking them (its pid is in the name).
 void remove_stale_segments() {
@@ -464,7 +474,7 @@ void ShmGroup::step(const char* collective) {
                        std::to_string(lines[r].pid.load()) + ")";
           }
         }
-        const std::string message = std::string(collective) + ": rank " + std::to_string(rank_) + " waited " +
+        const std::string message = std::string(collective) + " timed out: rank " + std::to_string(rank_) + " waited " +
                                     std::to_string(options_.timeout.count()) + " ms for rank(s) " + waiting +
                                     " to reach step " + std::to_string(target) + "; they did not call it or are stuck";
         fail(message);

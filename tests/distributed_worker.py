@@ -85,6 +85,14 @@ def ops_scenario(out_dir):
         core = torch.neuron.get_device_properties(local_rank).global_core_index
         return f"neuron:{torch.neuron.current_device()} core {core}"
 
+    @check("transport: shared memory on one host unless NEURON_SIM_SHM_COLLECTIVES=0")
+    def _():
+        from torch_neuron_sim import _C
+        backend = dist.group.WORLD._get_backend(NEURON)
+        shared = _C._process_group_uses_shared_memory(backend)
+        assert shared == (os.environ.get("NEURON_SIM_SHM_COLLECTIVES", "1") != "0"), shared
+        return "shared memory" if shared else "gloo"
+
     reductions = [("SUM", dist.ReduceOp.SUM, torch.float32), ("PRODUCT", dist.ReduceOp.PRODUCT, torch.float32),
                   ("MIN", dist.ReduceOp.MIN, torch.float32), ("MAX", dist.ReduceOp.MAX, torch.float32),
                   ("BAND", dist.ReduceOp.BAND, torch.int32), ("BOR", dist.ReduceOp.BOR, torch.int32),

@@ -46,6 +46,11 @@ def torchrun(args, env=None, timeout=180):
     return result
 
 
+def neuron_shared_memory_default():
+    """Ranks on one host use the shared-memory transport unless NEURON_SIM_SHM_COLLECTIVES=0."""
+    return os.environ.get("NEURON_SIM_SHM_COLLECTIVES", "1") != "0"
+
+
 def results(out_dir, rank):
     with open(os.path.join(out_dir, f"rank{rank}.json")) as report:
         return json.load(report)
@@ -59,6 +64,10 @@ MODES = {
     # it), and the ranks on cores 2 and 3 (NEURON_RT_VISIBLE_CORES).
     "asynchronous": {"NEURON_LAUNCH_BLOCKING": "0", "NEURON_SIM_INLINE_BYTES": "0", "NEURON_SIM_MEMORY_GUARD": "1",
                      "NEURON_RT_VISIBLE_CORES": "2,3"},
+    # Every collective through Gloo (as between hosts), and the shared-memory path in small
+    # slots (4 KiB: every message of more than that in several chunks).
+    "gloo only": {"NEURON_SIM_SHM_COLLECTIVES": "0"},
+    "shared memory, small slots": {"NEURON_SIM_SHM_SLOT_BYTES": "4096"},
 }
 
 
@@ -140,7 +149,7 @@ def test_every_check_is_asserted_by_a_test(ops):
                 "all_to_all", "send / recv", "isend / irecv", "batch_isend_irecv", "recv from any source", "barrier",
                 "asynchronous work", "a collective waits for the work queued before it", "no device memory is held",
                 "errors name", "futures complete without wait()", "a finishing step ends before",
-                "PREMUL_SUM refused by the transport", "one core", "neuron:0", "destroy_process_group")
+                "PREMUL_SUM refused by the transport", "one core", "neuron:0", "destroy_process_group", "transport")
     reports, _ = ops
     unasserted = [name for name in reports[0] if not name.startswith(asserted)]
     assert not unasserted, f"checks no test asserts: {unasserted}"
@@ -148,6 +157,13 @@ def test_every_check_is_asserted_by_a_test(ops):
 
 def test_memory_is_released(ops):
     assert_checks(ops, "no device memory is held")
+
+
+def test_transport_is_shared_memory_on_one_host(ops):
+    reports, mode = ops
+    assert_checks(ops, "transport")
+    assert reports[0]["transport: shared memory on one host unless NEURON_SIM_SHM_COLLECTIVES=0"][1] == \
+        ("gloo" if mode == "gloo only" else "shared memory")
 
 
 def test_errors_name_collective_group_and_rank(ops):
@@ -215,11 +231,15 @@ def test_timeout_and_killed_peer(tmp_path):
     # our deadline ("timed out"), or Gloo's, whose pair the first timeout closed ("timeout caused pair closure")
     assert "rank 0 of 2" in message and ("timed out" in message or "timeout" in message), message
     assert report["timeout seconds"][1] < timeout + 3, report["timeout seconds"]
+    if neuron_shared_memory_default():  # the shared-memory transport names whom it waited for
+        assert "rank(s) 1 (pid" in message, message
 
     passed, message = report["killed peer error"]
     assert passed, message
     assert message.startswith("DistBackendError: allreduce on neuron process group"), message
     assert "rank 0 of 2 failed" in message, message
+    if neuron_shared_memory_default():
+        assert "rank 1 (pid" in message and "exited" in message, message
     assert report["killed peer seconds"][1] < timeout, report["killed peer seconds"]
     assert report["destroy_process_group after the faults"][0]
 

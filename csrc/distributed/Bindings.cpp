@@ -50,14 +50,25 @@ void bind_distributed(pybind11::module& m) {
       .def_property_readonly("timeout", &ProcessGroupNeuron::timeout);
   m.def(
       "_make_process_group_neuron",
-      [](const py::object& transport, int rank, int size, std::chrono::milliseconds timeout, int device) {
-        auto& backend = transport.cast<c10d::Backend&>();
-        auto group = c10::make_intrusive<ProcessGroupNeuron>(c10::intrusive_ptr<c10d::Backend>::reclaim_copy(&backend),
-                                                             rank, size, timeout, c10::DeviceIndex(device));
+      [](const py::object& transport, const py::object& store, int rank, int size, std::chrono::milliseconds timeout,
+         int device) {
+        auto backend = c10::intrusive_ptr<c10d::Backend>::reclaim_copy(&transport.cast<c10d::Backend&>());
+        c10::intrusive_ptr<c10d::Store> rendezvous;
+        if (!store.is_none()) rendezvous = c10::intrusive_ptr<c10d::Store>::reclaim_copy(&store.cast<c10d::Store&>());
+        c10::intrusive_ptr<ProcessGroupNeuron> group;
+        {
+          py::gil_scoped_release release;  // the shared-memory rendezvous waits for the other ranks
+          group = c10::make_intrusive<ProcessGroupNeuron>(std::move(backend), std::move(rendezvous), rank, size, timeout,
+                                                          c10::DeviceIndex(device));
+        }
         return NoGilDestructor<ProcessGroupNeuron>(std::move(group));
       },
-      py::arg("transport"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("device"),
-      "A neuron process group over `transport` (a ProcessGroupGloo of the same store, rank and size)");
+      py::arg("transport"), py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("device"),
+      "A neuron process group over `transport` (a ProcessGroupGloo of the same store, rank and size); ranks on one "
+      "host also meet through `store` for shared-memory collectives (None: Gloo only)");
+  m.def("_process_group_uses_shared_memory", [](const py::object& backend) {
+    return backend.cast<ProcessGroupNeuron&>().uses_shared_memory();
+  });
 }
 
 }  // namespace torch_neuron

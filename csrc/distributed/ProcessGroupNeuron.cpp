@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -17,6 +18,8 @@
 #include <thread>
 #include <utility>
 
+#include "../../runtime/collectives.h"
+#include "../../runtime/error.h"
 #include "../NeuronAllocator.h"
 #include "../NeuronCommon.h"
 #include "../kernels/ZeroCopy.h"
@@ -64,6 +67,8 @@ std::exception_ptr backend_error(const std::string& message) {
     C10_THROW_ERROR(DistBackendError, where + ": " + e.what_without_backtrace());
   } catch (const c10::Error& e) {
     C10_THROW_ERROR(Error, where + ": " + e.what_without_backtrace());
+  } catch (const neuron_rt::Error& e) {  // the shared-memory transport: timeouts, dead peers, aborts
+    C10_THROW_ERROR(DistBackendError, where + ": " + e.what());
   } catch (const std::exception& e) {
     C10_THROW_ERROR(Error, where + ": " + e.what());
   }
@@ -197,6 +202,78 @@ Reduction plan_reduction(const c10d::ReduceOp& op, const std::vector<at::Tensor>
   }
 }
 
+// ---- the shared-memory transport's reach ----------------------------------------------------
+
+// The shared-memory rendezvous over the group's c10d Store (torchrun's, prefixed per group).
+class StoreRendezvous final : public neuron_rt::Rendezvous {
+ public:
+  explicit StoreRendezvous(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  void set(const std::string& key, const std::string& value) override {
+    store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    try {
+      store_->wait({key}, timeout);
+    } catch (const c10::Error& e) {
+      throw neuron_rt::Error(neuron_rt::ErrorCode::kTimeout, "the store has no '" + key + "' after " +
+                                                                 std::to_string(timeout.count()) + " ms: " +
+                                                                 e.what_without_backtrace());
+    }
+    const std::vector<uint8_t> value = store_->get(key);
+    return std::string(value.begin(), value.end());
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+std::optional<neuron_rt::ElementType> shared_element(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return neuron_rt::ElementType::kFloat32;
+    case at::kDouble: return neuron_rt::ElementType::kFloat64;
+    case at::kHalf: return neuron_rt::ElementType::kFloat16;
+    case at::kBFloat16: return neuron_rt::ElementType::kBFloat16;
+    case at::kChar: return neuron_rt::ElementType::kInt8;
+    case at::kByte: return neuron_rt::ElementType::kUInt8;
+    case at::kInt: return neuron_rt::ElementType::kInt32;
+    case at::kLong: return neuron_rt::ElementType::kInt64;
+    case at::kBool: return neuron_rt::ElementType::kBool;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<neuron_rt::ReduceKind> shared_reduction(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return neuron_rt::ReduceKind::kSum;
+    case c10d::ReduceOp::PRODUCT: return neuron_rt::ReduceKind::kProduct;
+    case c10d::ReduceOp::MIN: return neuron_rt::ReduceKind::kMin;
+    case c10d::ReduceOp::MAX: return neuron_rt::ReduceKind::kMax;
+    case c10d::ReduceOp::BAND: return neuron_rt::ReduceKind::kBitAnd;
+    case c10d::ReduceOp::BOR: return neuron_rt::ReduceKind::kBitOr;
+    case c10d::ReduceOp::BXOR: return neuron_rt::ReduceKind::kBitXor;
+    default: return std::nullopt;
+  }
+}
+
+bool all_contiguous(const std::vector<at::Tensor>& views) {
+  for (const auto& view : views) {
+    if (!view.defined() || !view.is_contiguous()) return false;
+  }
+  return true;
+}
+
+// Whether shared memory reduces these host views with `op` (else they go to Gloo, which
+// raises for what it cannot do either).
+bool shared_reduces(const std::vector<at::Tensor>& views, const c10d::ReduceOp& op) {
+  const auto kind = shared_reduction(op);
+  if (!kind || !all_contiguous(views)) return false;
+  for (const auto& view : views) {
+    const auto element = shared_element(view.scalar_type());
+    if (!element || !neuron_rt::reduction_supported(*element, *kind)) return false;
+  }
+  return true;
+}
+
 // A finishing step: AVG's division of the summed outputs by the group size.
 std::function<void()> averaging(std::vector<at::Tensor> views, int size) {
   return [views = std::move(views), size] {
@@ -328,7 +405,10 @@ class NeuronWork final : public c10d::Work {
   // Its future is complete too on return (its callbacks may still be running elsewhere).
   bool wait(Milliseconds timeout) override {
     const bool explicit_timeout = timeout != kNoTimeout;
-    const Clock::time_point limit = explicit_timeout ? Clock::now() + timeout : deadline_;
+    // A shared-memory collective fails at the deadline itself, naming the ranks it waited
+    // for: give its error a moment to arrive.
+    const Clock::time_point limit =
+        explicit_timeout ? Clock::now() + timeout : deadline_ + (transport_work_ ? Milliseconds(0) : Milliseconds(500));
     {
       std::unique_lock<std::mutex> lock(mutex_);
       if (!cv_.wait_until(lock, limit, [&] { return completed_; })) {
@@ -344,7 +424,7 @@ class NeuronWork final : public c10d::Work {
 
   void abort() override {
     try {
-      transport_work_->abort();
+      if (transport_work_) transport_work_->abort();
     } catch (...) {
       // Gloo's collectives cannot be aborted; this Work ends anyway
     }
@@ -354,7 +434,7 @@ class NeuronWork final : public c10d::Work {
   void synchronize() override {}  // the results are in device memory once completed
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
-  int sourceRank() const override { return transport_work_->sourceRank(); }
+  int sourceRank() const override { return transport_work_ ? transport_work_->sourceRank() : -1; }
 
  private:
   int64_t timeout_ms(bool explicit_timeout, Milliseconds timeout) const {
@@ -367,7 +447,7 @@ class NeuronWork final : public c10d::Work {
                                  : std::to_string(limit_.count()) + " ms after it started (the process group's timeout)";
     complete(backend_error(what_ + " timed out: not finished " + when + "; a peer may have stopped or not called it"));
     try {
-      transport_work_->abort();
+      if (transport_work_) transport_work_->abort();
     } catch (...) {
       // best effort: Gloo times out its transfers itself
     }
@@ -447,6 +527,7 @@ class Call {
   // device's current stream has run (before any host access to the views, too).
   c10d::Backend& transport(c10d::Backend& backend) {
     ready();
+    group_.wait_shared_works();  // one order with the shared-memory collectives issued before
     return backend;
   }
   void ready() {
@@ -457,6 +538,41 @@ class Call {
 
   // A step run after the transport's work succeeded, before the Work completes.
   void finally(std::function<void()> step) { finish_steps_.push_back(std::move(step)); }
+
+  // The shared-memory transport: `body(shm)` runs the collective on the group's
+  // communication thread, in the order collectives were issued, once the device is ready
+  // (now) and the group's Gloo works issued before have ended (there). Returns its Work at
+  // once; it completes when the body and the finishing steps have run. `body` owns what it
+  // uses (captures by value: it runs after this call returns).
+  c10::intrusive_ptr<c10d::Work> run_shared(std::function<void(neuron_rt::ShmGroup&)> body, c10::IValue value,
+                                            std::vector<at::Tensor> outputs) {
+    ready();
+    auto work = c10::make_intrusive<NeuronWork>(group_.describe(name_), group_.getRank(), type_, deadline_, limit_,
+                                                std::move(value), std::move(outputs), nullptr,
+                                                std::move(finish_steps_));
+    ProcessGroupNeuron& group = group_;
+    const Clock::time_point deadline = deadline_;
+    group.enqueue_shared([&group, work, deadline, body = std::move(body)] {
+      std::exception_ptr error;
+      try {
+        group.wait_transport_works();
+        // The Work's deadline: its error (naming the ranks waited for) lands just before
+        // wait() would give up with a plainer one (Note [ProcessGroupNeuron], Faults).
+        group.shm()->set_timeout(std::max(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(deadline - Clock::now())));
+        body(*group.shm());
+      } catch (const neuron_rt::Error& e) {
+        error = backend_error(e.what());
+      } catch (...) {
+        error = std::current_exception();
+      }
+      work->transport_finished(error);
+    });
+    return work;
+  }
+  c10::intrusive_ptr<c10d::Work> run_shared(std::function<void(neuron_rt::ShmGroup&)> body,
+                                            const std::vector<at::Tensor>& outputs) {
+    return run_shared(std::move(body), c10::IValue(outputs), outputs);
+  }
 
   c10::intrusive_ptr<c10d::Work> start(c10::intrusive_ptr<c10d::Work> transport_work, c10::IValue value,
                                        std::vector<at::Tensor> outputs) {
@@ -473,6 +589,7 @@ class Call {
     auto work = c10::make_intrusive<NeuronWork>(group_.describe(name_), group_.getRank(), type_, deadline_, limit_,
                                                 std::move(value), std::move(outputs), transport_work,
                                                 std::move(finish_steps_));
+    group_.note_transport_work(work);
     if (transport_future) {
       // Runs on the transport's thread (or here, when it has already finished), so the
       // finishing steps end before the transport starts the next collective. The cycle
@@ -554,7 +671,7 @@ std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& list
 }
 
 // Each input holds the group's inputs for its output, concatenated in rank order.
-c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend& transport, int rank, int size,
+c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend& transport, bool shm, int rank, int size,
                                                       const std::vector<at::Tensor>& outputs,
                                                       const std::vector<at::Tensor>& inputs,
                                                       const c10d::ReduceScatterOptions& opts) {
@@ -564,6 +681,25 @@ c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend&
   auto input_views = call.host(inputs);
   const Reduction reduction = plan_reduction(opts.reduceOp, inputs);
   call.ready();
+  for (size_t i = 0; i < input_views.size(); ++i) {
+    TORCH_CHECK(input_views[i].numel() == output_views[i].numel() * size, "the input has ", input_views[i].numel(),
+                " elements; it must have the output's ", output_views[i].numel(), " times the group size ", size);
+    TORCH_CHECK(input_views[i].scalar_type() == output_views[i].scalar_type(), "a ",
+                dtype_name(input_views[i].scalar_type()), " input for a ", dtype_name(output_views[i].scalar_type()),
+                " output: the dtypes must match");
+  }
+  if (shm && shared_reduces(input_views, reduction.transport_op) && all_contiguous(output_views)) {
+    std::vector<at::Tensor> sent = input_views;
+    if (reduction.premultiply) sent = reduction.scaled(input_views);
+    if (reduction.average) call.finally(averaging(output_views, size));
+    const auto kind = *shared_reduction(reduction.transport_op);
+    return call.run_shared([sent, output_views, kind](neuron_rt::ShmGroup& group) {
+      for (size_t i = 0; i < sent.size(); ++i) {
+        group.reduce_scatter(sent[i].data_ptr(), output_views[i].data_ptr(), static_cast<size_t>(output_views[i].numel()),
+                             *shared_element(sent[i].scalar_type()), kind);
+      }
+    }, outputs);
+  }
   std::vector<at::Tensor> stages;
   std::vector<int64_t> offsets;
   for (size_t i = 0; i < input_views.size(); ++i) {
@@ -579,18 +715,123 @@ c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend&
                                      std::move(offsets), opts, outputs, size);
 }
 
+// Each output receives the group's inputs, concatenated in rank order.
+c10::intrusive_ptr<c10d::Work> all_gather_tensors(Call& call, c10d::Backend& transport_backend, bool shm, int size,
+                                                  const std::vector<at::Tensor>& outputs,
+                                                  const std::vector<at::Tensor>& inputs,
+                                                  const c10d::AllgatherOptions& opts) {
+  auto output_views = call.host(outputs);
+  auto input_views = call.host(inputs);
+  bool even = shm && output_views.size() == input_views.size() && all_contiguous(output_views) &&
+              all_contiguous(input_views);
+  for (size_t i = 0; even && i < output_views.size(); ++i) {
+    even = output_views[i].scalar_type() == input_views[i].scalar_type() &&
+           output_views[i].numel() == input_views[i].numel() * size;
+  }
+  if (even) {
+    return call.run_shared([input_views, output_views](neuron_rt::ShmGroup& group) {
+      for (size_t i = 0; i < input_views.size(); ++i) {
+        group.all_gather(input_views[i].data_ptr(), output_views[i].data_ptr(), input_views[i].nbytes());
+      }
+    }, outputs);
+  }
+  output_views = movable(std::move(output_views));
+  input_views = movable(std::move(input_views));
+  auto& transport = call.transport(transport_backend);
+  if (outputs.size() == 1) return call.start(transport._allgather_base(output_views[0], input_views[0], opts), outputs);
+  return call.start(transport.allgather_into_tensor_coalesced(output_views, input_views, opts), outputs);
+}
+
 }  // namespace
 
-ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, int rank, int size,
+ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport,
+                                       c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                        std::chrono::milliseconds timeout, c10::DeviceIndex device)
     : c10d::Backend(rank, size),
       transport_(std::move(transport)),
       options_(c10::make_intrusive<Options>("neuron", timeout)),
       device_(device) {
   init();
+  const char* enabled = std::getenv("NEURON_SIM_SHM_COLLECTIVES");
+  if (store && !(enabled && std::string(enabled) == "0")) {
+    neuron_rt::ShmGroup::Options shm_options;
+    shm_options.timeout = timeout;
+    if (const char* slot = std::getenv("NEURON_SIM_SHM_SLOT_BYTES")) {
+      char* end = nullptr;
+      const unsigned long long bytes = std::strtoull(slot, &end, 10);
+      TORCH_CHECK(end && *end == '\0' && bytes > 0, "NEURON_SIM_SHM_SLOT_BYTES=", slot,
+                  ": give a number of bytes (a multiple of 64, at least 4096)");
+      shm_options.slot_bytes = bytes;
+    }
+    StoreRendezvous rendezvous(store);
+    try {
+      shm_ = neuron_rt::ShmGroup::create(rendezvous, "shm/", rank, size, shm_options);
+    } catch (const neuron_rt::Error& e) {
+      C10_THROW_ERROR(DistBackendError, std::string("neuron process group, rank ") + std::to_string(rank) +
+                                            ": shared memory for collectives: " + e.what() +
+                                            " (NEURON_SIM_SHM_COLLECTIVES=0 uses Gloo only)");
+    }
+  }
 }
 
-ProcessGroupNeuron::~ProcessGroupNeuron() = default;
+ProcessGroupNeuron::~ProcessGroupNeuron() {
+  {
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    comm_stopping_ = true;
+  }
+  comm_ready_.notify_all();
+  if (comm_thread_.joinable()) comm_thread_.join();  // its queued collectives end (or time out) first
+}
+
+void ProcessGroupNeuron::enqueue_shared(std::function<void()> task) {
+  std::lock_guard<std::mutex> lock(comm_mutex_);
+  if (!comm_thread_.joinable()) {
+    comm_thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(comm_mutex_);
+      for (;;) {
+        comm_ready_.wait(lock, [&] { return comm_stopping_ || !comm_tasks_.empty(); });
+        if (comm_tasks_.empty()) return;
+        std::function<void()> task = std::move(comm_tasks_.front());
+        comm_tasks_.pop_front();
+        lock.unlock();
+        task();  // never throws: it completes its Work with the error
+        task = nullptr;
+        lock.lock();
+        ++comm_finished_;
+        comm_done_.notify_all();
+      }
+    });
+  }
+  comm_tasks_.push_back(std::move(task));
+  ++comm_submitted_;
+  comm_ready_.notify_one();
+}
+
+void ProcessGroupNeuron::wait_shared_works() {
+  std::unique_lock<std::mutex> lock(comm_mutex_);
+  const uint64_t target = comm_submitted_;
+  comm_done_.wait(lock, [&] { return comm_finished_ >= target; });
+}
+
+void ProcessGroupNeuron::note_transport_work(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (!shm_) return;
+  std::lock_guard<std::mutex> lock(transport_mutex_);
+  last_transport_work_ = work;
+}
+
+void ProcessGroupNeuron::wait_transport_works() {
+  c10::intrusive_ptr<c10d::Work> last;
+  {
+    std::lock_guard<std::mutex> lock(transport_mutex_);
+    last = std::move(last_transport_work_);
+  }
+  if (!last) return;
+  try {
+    last->wait();  // Gloo runs its works in order: the last one ending means all have
+  } catch (...) {
+    // its error belongs to its own Work (and its waiter)
+  }
+}
 
 void ProcessGroupNeuron::setTimeout(std::chrono::milliseconds timeout) {
   options_->timeout = timeout;
@@ -608,7 +849,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
                                                              const c10d::BroadcastOptions& opts) {
   Call call(*this, "broadcast", c10d::OpType::BROADCAST, opts.timeout);
   return call.run([&] {
-    auto views = movable(call.host(tensors));
+    auto views = call.host(tensors);
+    if (shm_ && views.size() == 1 && opts.rootTensor == 0 && all_contiguous(views)) {
+      const int root = static_cast<int>(opts.rootRank);
+      return call.run_shared([views, root](neuron_rt::ShmGroup& group) {
+        group.broadcast(views[0].data_ptr(), views[0].nbytes(), root);
+      }, tensors);
+    }
+    views = movable(std::move(views));
     return call.start(call.transport(*transport_).broadcast(views, opts), tensors);
   });
 }
@@ -618,7 +866,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
   Call call(*this, "allreduce", c10d::OpType::ALLREDUCE, opts.timeout);
   return call.run([&] {
     const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
-    auto sent = reduction_inputs(call, reduction, call.host(tensors), /*receives=*/true, size_);
+    auto views = call.host(tensors);
+    // Several tensors in one allreduce are reduced together (Gloo's multi-device form): Gloo's.
+    const bool shared = shm_ && views.size() == 1 && shared_reduces(views, reduction.transport_op);
+    auto sent = reduction_inputs(call, reduction, views, /*receives=*/true, size_);
+    if (shared) {
+      const auto kind = *shared_reduction(reduction.transport_op);
+      return call.run_shared([sent, kind](neuron_rt::ShmGroup& group) {
+        group.all_reduce(sent[0].data_ptr(), static_cast<size_t>(sent[0].numel()), *shared_element(sent[0].scalar_type()),
+                         kind);
+      }, tensors);
+    }
     c10d::AllreduceOptions transport_opts = opts;
     transport_opts.reduceOp = reduction.transport_op;
     return call.start(call.transport(*transport_).allreduce(sent, transport_opts), tensors);
@@ -630,7 +888,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vect
   Call call(*this, "allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
   return call.run([&] {
     const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
-    auto sent = reduction_inputs(call, reduction, call.host(tensors), /*receives=*/true, size_);
+    auto views = call.host(tensors);
+    const bool shared = shm_ && shared_reduces(views, reduction.transport_op);
+    auto sent = reduction_inputs(call, reduction, views, /*receives=*/true, size_);
+    if (shared) {
+      const auto kind = *shared_reduction(reduction.transport_op);
+      return call.run_shared([sent, kind](neuron_rt::ShmGroup& group) {
+        for (const auto& tensor : sent) {
+          group.all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), *shared_element(tensor.scalar_type()),
+                           kind);
+        }
+      }, tensors);
+    }
     c10d::AllreduceCoalescedOptions transport_opts = opts;
     transport_opts.reduceOp = reduction.transport_op;
     return call.start(call.transport(*transport_).allreduce_coalesced(sent, transport_opts), tensors);
@@ -654,8 +923,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
                                                              const c10d::AllgatherOptions& opts) {
   Call call(*this, "allgather", c10d::OpType::ALLGATHER, opts.timeout);
   return call.run([&] {
-    auto output_views = movable(call.host(outputs));
-    auto input_views = movable(call.host(inputs));
+    auto output_views = call.host(outputs);
+    auto input_views = call.host(inputs);
+    auto gathers_evenly = [&] {
+      if (input_views.size() != 1 || output_views.size() != 1 || !all_contiguous(input_views) ||
+          static_cast<int>(output_views[0].size()) != size_) {
+        return false;
+      }
+      for (const auto& view : output_views[0]) {
+        if (view.scalar_type() != input_views[0].scalar_type() || view.numel() != input_views[0].numel()) return false;
+      }
+      return true;
+    };
+    if (shm_ && gathers_evenly()) {  // through one staging buffer, copied out
+      return call.run_shared([input = input_views[0], outputs = output_views[0]](neuron_rt::ShmGroup& group) {
+        const int64_t bytes = static_cast<int64_t>(input.nbytes());
+        at::Tensor staging = at::empty({bytes * group.size()}, input.options().dtype(at::kByte));
+        group.all_gather(input.data_ptr(), staging.data_ptr(), static_cast<size_t>(bytes));
+        for (int r = 0; r < group.size(); ++r) {
+          const at::Tensor& output = outputs[r];
+          output.copy_(staging.narrow(0, r * bytes, bytes).view(output.scalar_type()).view(output.sizes()));
+        }
+      }, c10::IValue(outputs), flatten(outputs));
+    }
+    output_views = movable(std::move(output_views));
+    input_views = movable(std::move(input_views));
     auto work = call.transport(*transport_).allgather(output_views, input_views, opts);
     return call.start(work, c10::IValue(outputs), flatten(outputs));
   });
@@ -665,9 +957,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& o
                                                                    const c10d::AllgatherOptions& opts) {
   Call call(*this, "_allgather_base", c10d::OpType::_ALLGATHER_BASE, opts.timeout);
   return call.run([&] {
-    at::Tensor output_view = movable(call.host(output));
-    at::Tensor input_view = movable(call.host(input));
-    return call.start(call.transport(*transport_)._allgather_base(output_view, input_view, opts), {output});
+    std::vector<at::Tensor> outputs{output};
+    std::vector<at::Tensor> inputs{input};
+    return all_gather_tensors(call, *transport_, shm_ != nullptr, size_, outputs, inputs, opts);
   });
 }
 
@@ -686,13 +978,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   Call call(*this, "allgather_into_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
-  return call.run([&] {
-    auto output_views = movable(call.host(outputs));
-    auto input_views = movable(call.host(inputs));
-    return call.start(call.transport(*transport_).allgather_into_tensor_coalesced(output_views, input_views, opts),
-                      outputs);
-  });
+  return call.run([&] { return all_gather_tensors(call, *transport_, shm_ != nullptr, size_, outputs, inputs, opts); });
 }
+
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                           std::vector<at::Tensor>& inputs,
@@ -761,14 +1049,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tens
   return call.run([&] {
     std::vector<at::Tensor> outputs{output};
     std::vector<at::Tensor> inputs{input};
-    return reduce_scatter_tensors(call, *transport_, rank_, size_, outputs, inputs, opts);
+    return reduce_scatter_tensors(call, *transport_, shm_ != nullptr, rank_, size_, outputs, inputs, opts);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   Call call(*this, "reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts.timeout);
-  return call.run([&] { return reduce_scatter_tensors(call, *transport_, rank_, size_, outputs, inputs, opts); });
+  return call.run([&] { return reduce_scatter_tensors(call, *transport_, shm_ != nullptr, rank_, size_, outputs, inputs, opts); });
 }
 
 
@@ -864,13 +1152,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOp
   Call call(*this, "barrier", c10d::OpType::BARRIER, opts.timeout);
   return call.run([&] {
     // The work queued on this rank's device before the barrier has run when it returns.
+    if (shm_) return call.run_shared([](neuron_rt::ShmGroup& group) { group.barrier(); }, std::vector<at::Tensor>());
     return call.start(call.transport(*transport_).barrier(opts), std::vector<at::Tensor>());
   });
 }
 
 void ProcessGroupNeuron::setSequenceNumberForGroup() { transport_->setSequenceNumberForGroup(); }
 uint64_t ProcessGroupNeuron::getSequenceNumberForGroup() { return transport_->getSequenceNumberForGroup(); }
-void ProcessGroupNeuron::abort() { transport_->abort(); }
+void ProcessGroupNeuron::abort() {
+  if (shm_) shm_->abort("abort() was called");
+  transport_->abort();
+}
 void ProcessGroupNeuron::shutdown() { transport_->shutdown(); }
 
 }  // namespace torch_neuron

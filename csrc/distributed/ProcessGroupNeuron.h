@@ -2,13 +2,18 @@
 // The c10d backend "neuron": torch.distributed.init_process_group(backend="neuron").
 // Equivalent to: ProcessGroupNCCL for CUDA, ProcessGroupHCCL for Ascend.
 //
-// Transport. Every collective runs on Gloo (c10d::ProcessGroupGloo, shipped in the torch
-// wheel; made by the Python registration with the group's store, rank, size and timeout), on
-// zero-copy host views of the neuron tensors: device memory is host memory in the simulator,
-// so Gloo reads and writes the device's own bytes, nothing is staged. A view holds its device
-// buffer (and, under NEURON_SIM_MEMORY_GUARD=1, keeps it open for host access) for as long as
-// Gloo holds the view, so memory a collective still uses is never reused. (Next: a
-// shared-memory transport in runtime/ for ranks on one host, Gloo staying for other hosts.)
+// Transport. When every rank of the group is on this host (runtime/collectives.h,
+// host_key()), allreduce, broadcast, the all-gathers, the reduce-scatters and barrier run
+// through shared memory (neuron_rt::ShmGroup), synchronously on the calling thread, on
+// contiguous tensors of the dtypes it reduces (NEURON_SIM_SHM_COLLECTIVES=0 turns it off).
+// Everything else, and every collective of a group that spans hosts, runs on Gloo
+// (c10d::ProcessGroupGloo, shipped in the torch wheel; made by the Python registration with
+// the group's store, rank, size and timeout). Both work on zero-copy host views of the neuron
+// tensors: device memory is host memory in the simulator, so nothing is staged on the way
+// in. A view holds its device buffer (and, under NEURON_SIM_MEMORY_GUARD=1, keeps it open for
+// host access) for as long as the transport holds it, so memory a collective still uses is
+// never reused. A shared-memory collective first waits for the group's Gloo works issued
+// before it, so both paths keep one order.
 //
 // Ordering. A collective first waits for the work queued on its device's current stream
 // (NEURON_LAUNCH_BLOCKING=0), so Gloo reads finished inputs and no queued kernel still
@@ -48,17 +53,30 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace neuron_rt {
+class ShmGroup;
+}
 
 namespace torch_neuron {
 
 class ProcessGroupNeuron final : public c10d::Backend {
  public:
-  // `transport`: a ProcessGroupGloo over the group's store, rank and size. `device`: the
-  // process's core (used by barrier, and where a collective names no tensor).
-  ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, int rank, int size,
-                     std::chrono::milliseconds timeout, c10::DeviceIndex device);
+  // `transport`: a ProcessGroupGloo over the group's store, rank and size. `store`: that
+  // store, for the shared-memory rendezvous (a collective: every rank makes its group).
+  // `device`: the process's core (used by barrier, and where a collective names no tensor).
+  ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, c10::intrusive_ptr<c10d::Store> store, int rank,
+                     int size, std::chrono::milliseconds timeout, c10::DeviceIndex device);
   ~ProcessGroupNeuron() override;
 
   const std::string getBackendName() const override { return "neuron"; }
@@ -68,6 +86,18 @@ class ProcessGroupNeuron final : public c10d::Backend {
   std::chrono::milliseconds timeout() const { return options_->timeout; }
   // "allreduce on neuron process group '0' (default_pg), rank 1 of 2"
   std::string describe(const std::string& collective) const;
+  // Whether the ranks share this host and talk through shared memory (else: Gloo only).
+  bool uses_shared_memory() const { return shm_ != nullptr; }
+
+  // For the collectives' implementation (ProcessGroupNeuron.cpp): the last work handed to
+  // Gloo, which a shared-memory collective waits for first (one order for both paths).
+  void note_transport_work(const c10::intrusive_ptr<c10d::Work>& work);
+  void wait_transport_works();
+  neuron_rt::ShmGroup* shm() const { return shm_.get(); }
+  // The communication thread runs the shared-memory collectives in the order issued (as a
+  // NCCL group's stream does); a Gloo collective waits for those issued before it.
+  void enqueue_shared(std::function<void()> task);
+  void wait_shared_works();
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -120,6 +150,15 @@ class ProcessGroupNeuron final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> transport_;
   c10::intrusive_ptr<Options> options_;
   c10::DeviceIndex device_;
+  std::unique_ptr<neuron_rt::ShmGroup> shm_;  // null: ranks on several hosts, or turned off
+  std::thread comm_thread_;                   // started by the first shared-memory collective
+  std::mutex comm_mutex_;
+  std::condition_variable comm_ready_, comm_done_;
+  std::deque<std::function<void()>> comm_tasks_;
+  uint64_t comm_submitted_ = 0, comm_finished_ = 0;
+  bool comm_stopping_ = false;
+  std::mutex transport_mutex_;
+  c10::intrusive_ptr<c10d::Work> last_transport_work_;
 };
 
 }  // namespace torch_neuron

@@ -55,7 +55,7 @@ def _create_process_group(options, backend_options=None):
     generation = _made[options.group_id] = _made.get(options.group_id, 0) + 1
     store = dist.PrefixStore(f"neuron/{options.group_id}/{generation}/", options.store)
     transport = _gloo(store, options.group_rank, options.group_size, options.timeout)
-    return _C._make_process_group_neuron(transport, options.group_rank, options.group_size, options.timeout,
+    return _C._make_process_group_neuron(transport, store, options.group_rank, options.group_size, options.timeout,
                                          device)
 
 
