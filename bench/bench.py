@@ -100,6 +100,44 @@ def decode_modes(dtype, tokens, rounds):
     return medians, ratio
 
 
+def free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun(world, script, *args):
+    """Runs `script` on `world` ranks under torchrun; returns rank 0's last line of output."""
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}",
+                          f"--master-port={free_port()}", os.path.join(HERE, script), *args],
+                         capture_output=True, text=True, check=True, timeout=1800)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def collectives(world):
+    """bench/collectives.py on `world` ranks: medians per collective and size, both transports."""
+    import json
+    return json.loads(torchrun(world, "collectives.py"))
+
+
+def tp_generate(tokens):
+    """bench/tp_generate.py for tp 1 (no torchrun), 2 and 4: tokens/s and whether the tokens equal tp 1's."""
+    import json
+    import tempfile
+    with tempfile.TemporaryDirectory() as model:
+        subprocess.run([sys.executable, os.path.join(HERE, "tp_generate.py"), model, "--make"], check=True,
+                       capture_output=True)
+        one = json.loads(subprocess.run([sys.executable, os.path.join(HERE, "tp_generate.py"), model, "--tokens",
+                                         str(tokens)], check=True, capture_output=True, text=True)
+                         .stdout.strip().splitlines()[-1])
+        rows = {1: (one["tok_s"], True)}
+        for world in (2, 4):
+            got = json.loads(torchrun(world, "tp_generate.py", model, "--tokens", str(tokens)))
+            rows[world] = (got["tok_s"], got["tokens"] == one["tokens"])
+    return rows
+
+
 def compiled_decode(size, tokens, rounds):
     """Static-cache greedy decode of a Llama-style model (bench/compile_decode.py), one fresh
     process per side, sides interleaved per round: eager CPU, eager neuron, Inductor on CPU,
@@ -229,6 +267,46 @@ def main():
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [f"| {' | '.join(row)} |" for row in compile_rows]
+
+    collective_rows, memcpy = [], None
+    for world in (2, 4):
+        measured = collectives(world)
+        memcpy = measured["memcpy_bytes_per_s"]
+        for size in measured["allreduce"]:
+            row = [str(world), f"{int(size) / 1024:.0f} KiB" if int(size) < 1 << 20 else f"{int(size) >> 20} MiB"]
+            for collective, factor in (("allreduce", 2 * (world - 1) / world), ("allgather", world - 1)):
+                times = measured[collective][size]
+                bus = {side: int(size) * factor / times[side] / 1e9 for side in ("neuron", "cpu")}
+                row += [f"{bus['neuron']:.2f}", f"{bus['cpu']:.2f}", f"{times['cpu'] / times['neuron']:.2f}",
+                        f"{bus['neuron'] * 1e9 / memcpy:.0%}", f"{times['neuron'] * 1e6:.0f} / {times['cpu'] * 1e6:.0f}"]
+            collective_rows.append(row)
+    tp = tp_generate(tokens)
+    lines += [
+        "",
+        "## Collectives (c10d backend \"neuron\") against Gloo on CPU tensors",
+        "",
+        "bench/collectives.py under torchrun, one process group `cpu:gloo,neuron:neuron`: the same",
+        "collective of neuron tensors (shared memory between the ranks of this host) and of CPU",
+        "tensors (Gloo), interleaved per size; medians of the slowest rank. Bus bandwidth as",
+        "nccl-tests defines it (allreduce: size x 2(n-1)/n / time; allgather: size x (n-1) / time,",
+        f"size = each rank's tensor). Single-thread memcpy on this machine: {memcpy / 1e9:.2f} GB/s.",
+        "Targets (issue 9): neuron/Gloo >= 2 from 1 MiB up, >= 40% of memcpy, small-message latency",
+        "no worse than Gloo's.",
+        "",
+        "| ranks | size | allreduce busbw neuron GB/s | Gloo GB/s | neuron/Gloo | of memcpy | latency us neuron / Gloo "
+        "| allgather busbw neuron GB/s | Gloo GB/s | neuron/Gloo | of memcpy | latency us neuron / Gloo |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [f"| {' | '.join(row)} |" for row in collective_rows]
+    lines += [
+        "",
+        f"Tensor-parallel greedy generation (bench/tp_generate.py: Llama-style, hidden 256, 8 heads, 4 layers,"
+        f" random weights, {tokens} tokens, `DistributedConfig(tp_size=n)` under torchrun):",
+        "",
+        "| tp | tok/s | tokens equal tp 1 |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {world} | {speed:.1f} | {'yes' if same else 'NO'} |" for world, (speed, same) in tp.items()]
     lines += [
         "",
         "Notes. Large ops run the same ATen CPU kernels on both sides; where neuron is faster",

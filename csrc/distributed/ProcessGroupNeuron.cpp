@@ -402,7 +402,8 @@ class NeuronWork final : public c10d::Work {
 
   // Blocks until the Work completed (the transport's work and the finishing steps ended),
   // or until `timeout` (the Work's deadline when none is given), then raises its error.
-  // Its future is complete too on return (its callbacks may still be running elsewhere).
+  // Its future completes right after, on a completion thread (Note [Completion threads]):
+  // waiting for that thread here would add a thread hop to every synchronous collective.
   bool wait(Milliseconds timeout) override {
     const bool explicit_timeout = timeout != kNoTimeout;
     // A shared-memory collective fails at the deadline itself, naming the ranks it waited
@@ -416,7 +417,6 @@ class NeuronWork final : public c10d::Work {
         time_out(explicit_timeout, timeout);
       }
     }
-    future_->wait();  // completed with the Work (Note [Completion threads]): returns at once, or nearly
     std::lock_guard<std::mutex> lock(mutex_);
     if (exception_) std::rethrow_exception(exception_);
     return true;
