@@ -200,10 +200,12 @@ Acc combine(ReduceKind op, Acc a, Acc b) {
   }
 }
 
-// out[i] = op over k of sources[k][i], for `count` elements, in blocks (one accumulator
-// block in registers/L1; the loops vectorise). `out` may be one of the sources.
+// outs[o][i] = op over k of sources[k][i], for `count` elements, in blocks (one accumulator
+// block in L1; the loops vectorise). An output may be one of the sources (a block is read
+// whole before it is written).
 template <typename Kind>
-void reduce_block(const unsigned char* const* sources, int n, unsigned char* out, size_t count, ReduceKind op) {
+void reduce_block(const unsigned char* const* sources, int n, unsigned char* const* outs, int n_outs, size_t count,
+                  ReduceKind op) {
   using Value = typename Kind::Value;
   using Acc = typename Kind::Acc;
   constexpr bool kFloat = std::is_floating_point<Acc>::value;
@@ -224,33 +226,36 @@ void reduce_block(const unsigned char* const* sources, int n, unsigned char* out
           break;
       }
     }
-    Value* target = reinterpret_cast<Value*>(out) + begin;
-    for (size_t i = 0; i < len; ++i) target[i] = Kind::store(acc[i]);
+    for (int o = 0; o < n_outs; ++o) {
+      Value* target = reinterpret_cast<Value*>(outs[o]) + begin;
+      for (size_t i = 0; i < len; ++i) target[i] = Kind::store(acc[i]);
+    }
   }
 }
 
 // Signed integers: sum and product wrap around (computed unsigned: no overflow), min and max
 // compare signed values.
 template <typename T, typename Unsigned>
-void reduce_integers(const unsigned char* const* sources, int n, unsigned char* out, size_t count, ReduceKind op) {
+void reduce_integers(const unsigned char* const* sources, int n, unsigned char* const* out, int m, size_t count,
+                     ReduceKind op) {
   if (op == ReduceKind::kSum || op == ReduceKind::kProduct) {
-    return reduce_block<Integer<T, Unsigned>>(sources, n, out, count, op);
+    return reduce_block<Integer<T, Unsigned>>(sources, n, out, m, count, op);
   }
-  return reduce_block<Plain<T>>(sources, n, out, count, op);
+  return reduce_block<Plain<T>>(sources, n, out, m, count, op);
 }
 
-void reduce(ElementType type, const unsigned char* const* sources, int n, unsigned char* out, size_t count,
-            ReduceKind op) {
+void reduce(ElementType type, const unsigned char* const* sources, int n, unsigned char* const* out, int m,
+            size_t count, ReduceKind op) {
   switch (type) {
-    case ElementType::kFloat32: return reduce_block<Plain<float>>(sources, n, out, count, op);
-    case ElementType::kFloat64: return reduce_block<Plain<double>>(sources, n, out, count, op);
-    case ElementType::kBFloat16: return reduce_block<BF16>(sources, n, out, count, op);
-    case ElementType::kFloat16: return reduce_block<F16>(sources, n, out, count, op);
-    case ElementType::kInt8: return reduce_integers<int8_t, uint8_t>(sources, n, out, count, op);
-    case ElementType::kUInt8: return reduce_block<Plain<uint8_t>>(sources, n, out, count, op);
-    case ElementType::kInt32: return reduce_integers<int32_t, uint32_t>(sources, n, out, count, op);
-    case ElementType::kInt64: return reduce_integers<int64_t, uint64_t>(sources, n, out, count, op);
-    case ElementType::kBool: return reduce_block<Bool>(sources, n, out, count, op);
+    case ElementType::kFloat32: return reduce_block<Plain<float>>(sources, n, out, m, count, op);
+    case ElementType::kFloat64: return reduce_block<Plain<double>>(sources, n, out, m, count, op);
+    case ElementType::kBFloat16: return reduce_block<BF16>(sources, n, out, m, count, op);
+    case ElementType::kFloat16: return reduce_block<F16>(sources, n, out, m, count, op);
+    case ElementType::kInt8: return reduce_integers<int8_t, uint8_t>(sources, n, out, m, count, op);
+    case ElementType::kUInt8: return reduce_block<Plain<uint8_t>>(sources, n, out, m, count, op);
+    case ElementType::kInt32: return reduce_integers<int32_t, uint32_t>(sources, n, out, m, count, op);
+    case ElementType::kInt64: return reduce_integers<int64_t, uint64_t>(sources, n, out, m, count, op);
+    case ElementType::kBool: return reduce_block<Bool>(sources, n, out, m, count, op);
   }
 }
 
@@ -297,7 +302,13 @@ std::string host_key() {
 struct alignas(64) RankLine {
   std::atomic<uint32_t> progress;  // steps this rank has reached
   std::atomic<int32_t> pid;
+  int32_t memory_fd;               // its shared device memory (zero-copy), or -1
+  uint32_t flag;                   // mapped every peer (creation); tensors in shared memory (per call)
+  uint64_t memory_base;            // where that memory is mapped in its process
+  uint64_t memory_length;
+  uint64_t a, b;                   // a collective's pointers, in its process
 };
+static_assert(sizeof(RankLine) == 64, "one cache line per rank");
 
 struct ShmGroup::Header {
   uint64_t magic;
@@ -395,11 +406,78 @@ std::unique_ptr<ShmGroup> ShmGroup::create(Rendezvous& rendezvous, const std::st
     header->ranks[rank].pid.store(getpid(), std::memory_order_relaxed);
     header->mapped.fetch_add(1, std::memory_order_acq_rel);
   }
+  group->map_peers();
   return group;
 }
 
 ShmGroup::~ShmGroup() {
+  for (int k = 0; k < static_cast<int>(peer_maps_.size()); ++k) {
+    if (k != rank_ && peer_maps_[k].first) munmap(peer_maps_[k].first, peer_maps_[k].second);
+  }
   if (base_) munmap(base_, length_);
+}
+
+// Zero-copy (collectives.h): every rank maps its peers' shared device memory; all must
+// succeed on every rank, or no call goes zero-copy.
+void ShmGroup::map_peers() {
+  RankLine& mine = header_->ranks[rank_];
+  mine.memory_fd = options_.memory_fd;
+  mine.memory_base = reinterpret_cast<uint64_t>(options_.memory_base);
+  mine.memory_length = options_.memory_fd >= 0 ? options_.memory_length : 0;
+  step("creation");
+  peer_maps_.assign(static_cast<size_t>(size_), {nullptr, 0});
+  bool mapped = mine.memory_length > 0;
+  for (int k = 0; k < size_ && mapped; ++k) {
+    const RankLine& line = header_->ranks[k];
+    if (k == rank_) {
+      peer_maps_[k] = {reinterpret_cast<unsigned char*>(line.memory_base), line.memory_length};
+      continue;
+    }
+    if (line.memory_length == 0) {
+      mapped = false;
+      break;
+    }
+    const std::string path = "/proc/" + std::to_string(line.pid.load()) + "/fd/" + std::to_string(line.memory_fd);
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      mapped = false;
+      break;
+    }
+    void* view = mmap(nullptr, line.memory_length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    close(fd);
+    if (view == MAP_FAILED) {
+      mapped = false;
+      break;
+    }
+    peer_maps_[k] = {static_cast<unsigned char*>(view), line.memory_length};
+  }
+  mine.flag = mapped ? 1 : 0;
+  step("creation");
+  zero_copy_ = true;
+  for (int k = 0; k < size_; ++k) zero_copy_ = zero_copy_ && header_->ranks[k].flag == 1;
+}
+
+unsigned char* ShmGroup::peer_address(int k, uint64_t ptr) const {
+  const RankLine& line = header_->ranks[k];
+  return peer_maps_[k].first + (ptr - line.memory_base);
+}
+
+bool ShmGroup::agree_direct(const void* a, const void* b, const char* collective) {
+  if (!zero_copy_) return false;  // known to every rank since creation: no step needed
+  RankLine& mine = header_->ranks[rank_];
+  auto inside = [&](const void* p) {
+    const auto address = reinterpret_cast<uint64_t>(p);
+    return address >= mine.memory_base && address < mine.memory_base + mine.memory_length;
+  };
+  mine.a = reinterpret_cast<uint64_t>(a);
+  mine.b = reinterpret_cast<uint64_t>(b);
+  mine.flag = inside(a) && (b == nullptr || inside(b)) ? 1 : 0;
+  step(collective);
+  for (int k = 0; k < size_; ++k) {
+    if (header_->ranks[k].flag != 1) return false;
+  }
+  ++zero_copy_calls_;
+  return true;
 }
 
 unsigned char* ShmGroup::slot(int rank, uint64_t buffer) const {
@@ -492,9 +570,21 @@ void ShmGroup::all_reduce(void* data, size_t count, ElementType type, ReduceKind
     throw Error(ErrorCode::kInvalidArgument, std::string("all_reduce: ") + name_of(op) + " is not defined for floating-point elements");
   }
   const size_t width = element_size(type);
+  std::vector<const unsigned char*> sources(static_cast<size_t>(size_));
+  if (agree_direct(data, nullptr, "all_reduce")) {  // rank r: part r of every tensor, into all of them
+    const size_t part = (count + size_ - 1) / size_;
+    const size_t begin = std::min(count, part * rank_), end = std::min(count, begin + part);
+    std::vector<unsigned char*> targets(static_cast<size_t>(size_));
+    for (int k = 0; k < size_; ++k) {
+      targets[k] = peer_address(k, header_->ranks[k].a) + begin * width;
+      sources[k] = targets[k];
+    }
+    if (end > begin) reduce(type, sources.data(), size_, targets.data(), size_, end - begin, op);
+    step("all_reduce");
+    return;
+  }
   const size_t chunk = options_.slot_bytes / width;
   auto* bytes = static_cast<unsigned char*>(data);
-  std::vector<const unsigned char*> sources(static_cast<size_t>(size_));
   for (size_t offset = 0; offset < count || (count == 0 && offset == 0); offset += chunk) {
     const size_t m = std::min(chunk, count - offset);
     const uint64_t buffer = buffers_++;
@@ -503,7 +593,8 @@ void ShmGroup::all_reduce(void* data, size_t count, ElementType type, ReduceKind
     const size_t part = (m + size_ - 1) / size_;
     const size_t begin = std::min(m, part * rank_), end = std::min(m, begin + part);
     for (int k = 0; k < size_; ++k) sources[k] = slot(k, buffer) + begin * width;
-    if (end > begin) reduce(type, sources.data(), size_, slot(rank_, buffer) + begin * width, end - begin, op);
+    unsigned char* target = slot(rank_, buffer) + begin * width;
+    if (end > begin) reduce(type, sources.data(), size_, &target, 1, end - begin, op);
     step("all_reduce");
     for (int k = 0; k < size_; ++k) {
       const size_t b = std::min(m, part * k), e = std::min(m, b + part);
@@ -516,6 +607,14 @@ void ShmGroup::all_reduce(void* data, size_t count, ElementType type, ReduceKind
 void ShmGroup::all_gather(const void* input, void* output, size_t bytes) {
   const auto* in = static_cast<const unsigned char*>(input);
   auto* out = static_cast<unsigned char*>(output);
+  if (agree_direct(input, output, "all_gather")) {  // this rank's input straight into every output
+    for (int k = 0; k < size_; ++k) {
+      unsigned char* target = peer_address(k, header_->ranks[k].b) + rank_ * bytes;
+      if (target != in) std::memcpy(target, in, bytes);
+    }
+    step("all_gather");
+    return;
+  }
   for (size_t offset = 0; offset < bytes || (bytes == 0 && offset == 0); offset += options_.slot_bytes) {
     const size_t m = std::min(options_.slot_bytes, bytes - offset);
     const uint64_t buffer = buffers_++;
@@ -532,6 +631,11 @@ void ShmGroup::broadcast(void* data, size_t bytes, int root) {
                                                  std::to_string(size_));
   }
   auto* out = static_cast<unsigned char*>(data);
+  if (agree_direct(data, nullptr, "broadcast")) {
+    if (rank_ != root) std::memcpy(out, peer_address(root, header_->ranks[root].a), bytes);
+    step("broadcast");
+    return;
+  }
   for (size_t offset = 0; offset < bytes || (bytes == 0 && offset == 0); offset += options_.slot_bytes) {
     const size_t m = std::min(options_.slot_bytes, bytes - offset);
     const uint64_t buffer = buffers_++;
@@ -551,6 +655,12 @@ void ShmGroup::reduce_scatter(const void* input, void* output, size_t count, Ele
   const auto* in = static_cast<const unsigned char*>(input);
   auto* out = static_cast<unsigned char*>(output);
   std::vector<const unsigned char*> sources(static_cast<size_t>(size_));
+  if (agree_direct(input, nullptr, "reduce_scatter")) {  // block r of every input, into this output
+    for (int k = 0; k < size_; ++k) sources[k] = peer_address(k, header_->ranks[k].a) + rank_ * count * width;
+    if (count) reduce(type, sources.data(), size_, &out, 1, count, op);
+    step("reduce_scatter");
+    return;
+  }
   for (size_t offset = 0; offset < count || (count == 0 && offset == 0); offset += chunk) {
     const size_t m = std::min(chunk, count - offset);
     const uint64_t buffer = buffers_++;
@@ -559,7 +669,8 @@ void ShmGroup::reduce_scatter(const void* input, void* output, size_t count, Ele
     }
     step("reduce_scatter");
     for (int k = 0; k < size_; ++k) sources[k] = slot(k, buffer) + rank_ * m * width;
-    if (m) reduce(type, sources.data(), size_, out + offset * width, m, op);
+    unsigned char* target = out + offset * width;
+    if (m) reduce(type, sources.data(), size_, &target, 1, m, op);
     if (count == 0) break;
   }
 }

@@ -13,7 +13,15 @@
 // the name). Layout: a header with one cache line per rank (its progress counter and pid),
 // then per rank two slots (double buffering) of `slot_bytes` each.
 //
-// Algorithms (the bytes of a message cross the segment once each way):
+// Zero-copy. When every rank's tensors live in a shared-memory file (the device's HBM with
+// MemoryBacking::kSharedFile, Options::memory_*), each rank maps its peers' files once
+// (/proc/<pid>/fd/<fd>) and a collective moves the bytes once, between the tensors
+// themselves: in all_reduce rank r reduces part r of every rank's tensor and writes the
+// result into all of them; all_gather writes each rank's input straight into every output.
+// The ranks first agree (one step) that all their tensors are in those files; when one is
+// not (a staging copy in host memory), that call goes through the slots instead.
+//
+// Algorithms through the slots (the bytes of a message cross the segment once each way):
 //  - all_reduce: every rank copies a chunk into its slot; rank r reduces part r of the
 //    chunk across all slots, in place in its own slot (one rank computes each element, so
 //    every rank gets bit-identical results; 16-bit floats accumulate in float32); every
@@ -34,11 +42,14 @@
 // order on every rank (as c10d requires of collectives); abort() may come from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace neuron_rt {
 
@@ -67,6 +78,11 @@ class ShmGroup {
   struct Options {
     size_t slot_bytes = 2u << 20;  // per rank and buffer (NEURON_SIM_SHM_SLOT_BYTES)
     std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+    // This rank's shared-memory file of device memory (fd -1: none), mapped at `memory_base`
+    // in this process: peers map it for zero-copy collectives.
+    int memory_fd = -1;
+    const void* memory_base = nullptr;
+    size_t memory_length = 0;
   };
 
   // Collective over the group's ranks. Returns null (and every rank agrees) when the ranks
@@ -96,6 +112,10 @@ class ShmGroup {
   void abort(const std::string& why) noexcept;
   // The segment's name while it is linked (tests check it is gone).
   const std::string& segment_name() const { return name_; }
+  // Whether every rank mapped every peer's device memory (zero-copy possible).
+  bool zero_copy() const { return zero_copy_; }
+  // Collectives that went zero-copy so far on this rank (tests check the path taken).
+  uint64_t zero_copy_calls() const { return zero_copy_calls_.load(std::memory_order_relaxed); }
 
  private:
   struct Header;
@@ -104,6 +124,12 @@ class ShmGroup {
   void step(const char* collective);
   unsigned char* slot(int rank, uint64_t buffer) const;
   void fail(const std::string& message);
+  void map_peers();
+  // Zero-copy agreement (one step): true when every rank's `a` (and `b`, unless null) lie in
+  // its shared device memory.
+  bool agree_direct(const void* a, const void* b, const char* collective);
+  // `ptr` (an address in rank `k`'s process) in this process's mapping of its memory.
+  unsigned char* peer_address(int k, uint64_t ptr) const;
 
   int rank_;
   int size_;
@@ -114,6 +140,9 @@ class ShmGroup {
   Header* header_ = nullptr;
   uint32_t steps_ = 0;     // steps this rank has taken (its progress counter)
   uint64_t buffers_ = 0;   // which of the two buffers the next chunk uses
+  bool zero_copy_ = false;
+  std::atomic<uint64_t> zero_copy_calls_{0};
+  std::vector<std::pair<unsigned char*, size_t>> peer_maps_;  // per rank; own: not mapped again
 };
 
 }  // namespace neuron_rt

@@ -66,8 +66,15 @@ bool setting_is(const char* name, const char* value) {
 Runtime::Runtime() : topology_(Topology::from_environment()) {
   launch_blocking_ = !setting_is("NEURON_LAUNCH_BLOCKING", "0");
   memory_guard_ = setting_is("NEURON_SIM_MEMORY_GUARD", "1");
-  const MemoryBacking backing =
-      setting_is("NEURON_SIM_SHARED_MEMORY", "1") ? MemoryBacking::kSharedFile : MemoryBacking::kAnonymous;
+  // Shared-memory files when asked, and by default for the processes of a multi-process job
+  // on one host (torchrun's LOCAL_WORLD_SIZE > 1), whose collectives then move bytes between
+  // the ranks' device memory directly (collectives.h, zero-copy).
+  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
+  const bool job = local_world && std::atoi(local_world) > 1;
+  const MemoryBacking backing = setting_is("NEURON_SIM_SHARED_MEMORY", "1") ||
+                                        (job && !setting_is("NEURON_SIM_SHARED_MEMORY", "0"))
+                                    ? MemoryBacking::kSharedFile
+                                    : MemoryBacking::kAnonymous;
   if (int(topology_.visible.size()) > kMaxDevices) {
     throw Error(ErrorCode::kInvalidArgument, "more than 512 visible cores are not supported");
   }

@@ -115,6 +115,7 @@ class DeviceMemory final : public BufferOwner {
   // offsets from range_start().
   int export_fd() const { return fd_; }
   void* range_start() const { return reinterpret_cast<void*>(base_); }
+  uint64_t range_bytes() const { return range_; }
   MemoryBacking backing() const { return backing_; }
   bool guarded() const { return guard_; }
 

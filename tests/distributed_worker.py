@@ -500,6 +500,11 @@ def ops_scenario(out_dir):
             raise AssertionError("mixed dtypes accepted")
         same([torch.full((2,), 3.0), torch.full((2,), 3.0, dtype=torch.float64)], tensors)
 
+    @check("zero-copy collectives")
+    def _():
+        from torch_neuron_sim import _C
+        return _C._process_group_zero_copy(dist.group.WORLD._get_backend(NEURON))
+
     @check("errors name the collective, the group and the rank")
     def _():
         try:

@@ -64,10 +64,11 @@ MODES = {
     # it), and the ranks on cores 2 and 3 (NEURON_RT_VISIBLE_CORES).
     "asynchronous": {"NEURON_LAUNCH_BLOCKING": "0", "NEURON_SIM_INLINE_BYTES": "0", "NEURON_SIM_MEMORY_GUARD": "1",
                      "NEURON_RT_VISIBLE_CORES": "2,3"},
-    # Every collective through Gloo (as between hosts), and the shared-memory path in small
-    # slots (4 KiB: every message of more than that in several chunks).
+    # Every collective through Gloo (as between hosts); and through the shared-memory slots
+    # (device memory not in shared files, so no zero-copy), 4 KiB each: every message of
+    # more than that in several chunks.
     "gloo only": {"NEURON_SIM_SHM_COLLECTIVES": "0"},
-    "shared memory, small slots": {"NEURON_SIM_SHM_SLOT_BYTES": "4096"},
+    "shared memory, small slots": {"NEURON_SIM_SHARED_MEMORY": "0", "NEURON_SIM_SHM_SLOT_BYTES": "4096"},
 }
 
 
@@ -149,7 +150,8 @@ def test_every_check_is_asserted_by_a_test(ops):
                 "all_to_all", "send / recv", "isend / irecv", "batch_isend_irecv", "recv from any source", "barrier",
                 "asynchronous work", "a collective waits for the work queued before it", "no device memory is held",
                 "errors name", "futures complete without wait()", "a finishing step ends before",
-                "PREMUL_SUM refused by the transport", "one core", "neuron:0", "destroy_process_group", "transport")
+                "PREMUL_SUM refused by the transport", "one core", "neuron:0", "destroy_process_group", "transport",
+                "zero-copy")
     reports, _ = ops
     unasserted = [name for name in reports[0] if not name.startswith(asserted)]
     assert not unasserted, f"checks no test asserts: {unasserted}"
@@ -164,6 +166,12 @@ def test_transport_is_shared_memory_on_one_host(ops):
     assert_checks(ops, "transport")
     assert reports[0]["transport: shared memory on one host unless NEURON_SIM_SHM_COLLECTIVES=0"][1] == \
         ("gloo" if mode == "gloo only" else "shared memory")
+    # under torchrun device memory is a shared file: collectives move bytes between the ranks' HBM
+    zero_copy = reports[0]["zero-copy collectives"][1]
+    if mode in ("gloo only", "shared memory, small slots"):
+        assert zero_copy == -1, zero_copy
+    else:
+        assert zero_copy > 20, zero_copy
 
 
 def test_errors_name_collective_group_and_rank(ops):

@@ -69,6 +69,10 @@ void bind_distributed(pybind11::module& m) {
   m.def("_process_group_uses_shared_memory", [](const py::object& backend) {
     return backend.cast<ProcessGroupNeuron&>().uses_shared_memory();
   });
+  m.def("_process_group_zero_copy", [](const py::object& backend) {
+    return backend.cast<ProcessGroupNeuron&>().zero_copy_calls();
+  }, "Shared-memory collectives of this group that moved bytes between the ranks' device memory directly "
+     "(-1: zero-copy not set up)");
 }
 
 }  // namespace torch_neuron

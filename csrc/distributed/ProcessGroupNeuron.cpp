@@ -763,6 +763,12 @@ ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transpo
                   ": give a number of bytes (a multiple of 64, at least 4096)");
       shm_options.slot_bytes = bytes;
     }
+    neuron_rt::DeviceMemory& memory = runtime().memory(device);
+    if (memory.backing() == neuron_rt::MemoryBacking::kSharedFile) {  // zero-copy between the ranks' HBM
+      shm_options.memory_fd = memory.export_fd();
+      shm_options.memory_base = memory.range_start();
+      shm_options.memory_length = memory.range_bytes();
+    }
     StoreRendezvous rendezvous(store);
     try {
       shm_ = neuron_rt::ShmGroup::create(rendezvous, "shm/", rank, size, shm_options);
@@ -811,6 +817,11 @@ void ProcessGroupNeuron::wait_shared_works() {
   std::unique_lock<std::mutex> lock(comm_mutex_);
   const uint64_t target = comm_submitted_;
   comm_done_.wait(lock, [&] { return comm_finished_ >= target; });
+}
+
+int64_t ProcessGroupNeuron::zero_copy_calls() const {
+  if (!shm_ || !shm_->zero_copy()) return -1;
+  return static_cast<int64_t>(shm_->zero_copy_calls());
 }
 
 void ProcessGroupNeuron::note_transport_work(const c10::intrusive_ptr<c10d::Work>& work) {

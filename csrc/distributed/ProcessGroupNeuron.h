@@ -88,6 +88,8 @@ class ProcessGroupNeuron final : public c10d::Backend {
   std::string describe(const std::string& collective) const;
   // Whether the ranks share this host and talk through shared memory (else: Gloo only).
   bool uses_shared_memory() const { return shm_ != nullptr; }
+  // Collectives that went zero-copy so far; -1 when the group cannot (collectives.h).
+  int64_t zero_copy_calls() const;
 
   // For the collectives' implementation (ProcessGroupNeuron.cpp): the last work handed to
   // Gloo, which a shared-memory collective waits for first (one order for both paths).

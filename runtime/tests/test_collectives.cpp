@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -346,4 +347,92 @@ TEST(ShmCollectives, BadSlotSizeIsRefusedWithTheSetting) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("NEURON_SIM_SHM_SLOT_BYTES=1000"), std::string::npos) << e.what();
   }
+}
+
+namespace {
+
+// A rank's "device memory": a shared-memory file mapped in this process.
+struct SharedArena {
+  explicit SharedArena(size_t bytes) : length(bytes) {
+    fd = memfd_create("test-hbm", MFD_CLOEXEC);
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    base = static_cast<unsigned char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  }
+  ~SharedArena() {
+    munmap(base, length);
+    close(fd);
+  }
+  ShmGroup::Options options() const {
+    ShmGroup::Options o = small_slots();
+    o.memory_fd = fd;
+    o.memory_base = base;
+    o.memory_length = length;
+    return o;
+  }
+  int fd;
+  size_t length;
+  unsigned char* base;
+};
+
+}  // namespace
+
+TEST(ShmCollectives, ZeroCopyBetweenTensorsInSharedDeviceMemoryAndSlotsWhenOneIsNot) {
+  const int size = 3;
+  const size_t count = 5000;
+  std::vector<std::unique_ptr<SharedArena>> arenas;
+  for (int r = 0; r < size; ++r) arenas.push_back(std::make_unique<SharedArena>(1 << 20));
+  MemoryRendezvous store;
+  std::vector<std::thread> threads;
+  std::vector<std::string> failures(size);
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto group = ShmGroup::create(store, "t/", rank, size, arenas[rank]->options());
+        ASSERT_TRUE(group->zero_copy());
+        float* data = reinterpret_cast<float*>(arenas[rank]->base);
+        for (size_t i = 0; i < count; ++i) data[i] = input_value(rank, i);
+        group->all_reduce(data, count, ElementType::kFloat32, ReduceKind::kSum);
+        for (size_t i = 0; i < count; ++i) {
+          float expected = input_value(0, i);
+          for (int r = 1; r < size; ++r) expected += input_value(r, i);
+          ASSERT_EQ(data[i], expected) << "rank " << rank << " element " << i;
+        }
+        EXPECT_EQ(group->zero_copy_calls(), 1u);
+        float* gathered = data + count;  // all_gather, input aliasing its block of the output
+        for (size_t i = 0; i < count; ++i) gathered[rank * count + i] = input_value(rank, i);
+        group->all_gather(gathered + rank * count, gathered, count * sizeof(float));
+        for (int r = 0; r < size; ++r) {
+          for (size_t i = 0; i < count; ++i) ASSERT_EQ(gathered[r * count + i], input_value(r, i));
+        }
+        float* blocks = gathered + size * count;  // reduce_scatter into memory outside the file
+        for (int j = 0; j < size; ++j) {
+          for (size_t i = 0; i < count; ++i) blocks[j * count + i] = input_value(rank * 10 + j, i);
+        }
+        std::vector<float> reduced(count);
+        group->reduce_scatter(blocks, reduced.data(), count, ElementType::kFloat32, ReduceKind::kMax);
+        for (size_t i = 0; i < count; ++i) {
+          float expected = input_value(rank, i);
+          for (int r = 1; r < size; ++r) expected = std::max(expected, input_value(r * 10 + rank, i));
+          ASSERT_EQ(reduced[i], expected);
+        }
+        group->broadcast(data, count * sizeof(float), 1);
+        EXPECT_EQ(group->zero_copy_calls(), 4u);
+        // One rank's tensor in ordinary memory: every rank takes the slots for that call.
+        std::vector<float> local(count);
+        float* mine = rank == 2 ? local.data() : data;
+        for (size_t i = 0; i < count; ++i) mine[i] = input_value(rank, i);
+        group->all_reduce(mine, count, ElementType::kFloat32, ReduceKind::kSum);
+        for (size_t i = 0; i < count; ++i) {
+          float expected = input_value(0, i);
+          for (int r = 1; r < size; ++r) expected += input_value(r, i);
+          ASSERT_EQ(mine[i], expected);
+        }
+        EXPECT_EQ(group->zero_copy_calls(), 4u);
+      } catch (const std::exception& e) {
+        failures[rank] = e.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int rank = 0; rank < size; ++rank) EXPECT_EQ(failures[rank], "") << "rank " << rank;
 }
