@@ -218,9 +218,12 @@ def test_timeout_and_killed_peer(tmp_path):
     port, timeout = free_port(), 3
     processes = []
     for rank in range(WORLD):
+        # Asynchronous mode: an async_op collective returns at once there, so wait(timeout)
+        # can give up before the group's timeout (in launch-blocking mode the call itself
+        # waits for the collective, as with CUDA_LAUNCH_BLOCKING=1).
         env = clean_env({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
                          "LOCAL_WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                         "FAULT_TIMEOUT": str(timeout)})
+                         "FAULT_TIMEOUT": str(timeout), "NEURON_LAUNCH_BLOCKING": "0"})
         processes.append(subprocess.Popen([sys.executable, WORKER, "faults", str(tmp_path)], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     try:

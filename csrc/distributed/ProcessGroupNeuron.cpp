@@ -288,13 +288,11 @@ std::function<void()> averaging(std::vector<at::Tensor> views, int size) {
 }
 
 // Note [Completion threads]
-// What may block for long runs here, never on the transport's one thread: the callbacks a
-// user chains on a Work's future (PowerSGD's hook waits there for another collective, which
-// needs the transport's thread), and the waits for point-to-point transfers (Gloo's send and
-// recv works have no future). A task never waits for a busy thread: when every thread is busy
-// a new one starts, so a callback that blocks until another collective's future completes is
-// served by the next thread. Threads left idle for a minute end. One pool per process (a
-// forked child makes its own: the parent's threads are not in it).
+// Point-to-point works (Gloo's send and recv have no future) are waited for here, never on
+// the transport's one thread, and their futures completed (with the callbacks chained on
+// them: the user's code, which may block). A task never waits for a busy thread: when every
+// thread is busy a new one starts. Threads left idle for a minute end. One pool per process
+// (a forked child makes its own: the parent's threads are not in it).
 class CompletionThreads {
  public:
   static CompletionThreads& get() {
@@ -384,6 +382,7 @@ class NeuronWork final : public c10d::Work {
   // until the Work's deadline and then until the transport gives up (Gloo times out its
   // transfers), so the Work and its future complete without anyone calling wait().
   void watch_transport() {
+    transport_future_ = false;
     c10::intrusive_ptr<NeuronWork> self = c10::intrusive_ptr<NeuronWork>::reclaim_copy(this);
     CompletionThreads::get().post([self] {
       std::exception_ptr error;
@@ -453,11 +452,12 @@ class NeuronWork final : public c10d::Work {
     }
   }
 
-  // Completes the Work and its future once; the first caller wins. The future is completed
-  // on a completion thread (Note [Completion threads]): its callbacks are the user's code.
+  // Completes the Work once; the first caller wins. A point-to-point Work's future completes
+  // with it, on a completion thread (Note [Completion threads]); the others' at issue.
   void complete(std::exception_ptr error) {
     if (done_.exchange(true)) return;
     finish(error);
+    if (!transport_work_ || transport_future_) return;
     CompletionThreads::get().post([future = future_, value = value_, error] {
       if (error) {
         future->setError(error);
@@ -467,6 +467,40 @@ class NeuronWork final : public c10d::Work {
     });
   }
 
+ public:
+  // Note [Stream-ordered collectives]: the device's current stream waits here for the Work
+  // (until its deadline); never throws: a failed or timed-out collective does not fail the
+  // device, its Work carries the error.
+  void wait_on_stream() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_until(lock, deadline_ + (transport_work_ ? Milliseconds(0) : Milliseconds(500)),
+                        [&] { return completed_; })) {
+      lock.unlock();
+      time_out(false, Milliseconds(0));
+    }
+  }
+
+  // Completes the future at issue, as ProcessGroupNCCL does: its value (the outputs) is
+  // usable by device ops, which the stream orders after the collective, and callbacks
+  // chained on it run at once on the thread that chains them, so every rank issues the
+  // collectives of those callbacks in the same order (PowerSGD's hook over several
+  // buckets). A collective that has already failed (always known here in launch-blocking
+  // mode) gives the future its error.
+  void complete_future_at_issue() {
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (completed_) error = exception_;
+    }
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(value_);
+    }
+  }
+
+ private:
+
   const std::string what_;
   const Clock::time_point deadline_;
   const Milliseconds limit_;
@@ -475,6 +509,7 @@ class NeuronWork final : public c10d::Work {
   const c10::intrusive_ptr<c10::ivalue::Future> future_;
   const c10::intrusive_ptr<c10d::Work> transport_work_;
   std::vector<std::function<void()>> finish_steps_;  // touched by whoever sees the transport's work end
+  bool transport_future_ = true;  // false: point-to-point (watched; not ordered on the stream)
   std::atomic<bool> done_{false};
 };
 
@@ -567,7 +602,7 @@ class Call {
       }
       work->transport_finished(error);
     });
-    return work;
+    return issued(work);
   }
   c10::intrusive_ptr<c10d::Work> run_shared(std::function<void(neuron_rt::ShmGroup&)> body,
                                             const std::vector<at::Tensor>& outputs) {
@@ -598,8 +633,21 @@ class Call {
         work->transport_finished(future.hasError() ? future.exception_ptr() : nullptr);
       });
     } else {
+      // Point-to-point: neither on the stream nor blocking in launch-blocking mode (an isend
+      // waiting for its receive would deadlock ranks that both send first, as NCCL's would
+      // outside a group); its future completes when the transfer ends.
       work->watch_transport();
+      return work;
     }
+    return issued(work);
+  }
+
+  // Note [Stream-ordered collectives]: the device's current stream waits for the collective
+  // (a task: in launch-blocking mode it runs here, so the call returns once the collective
+  // ended, as with CUDA_LAUNCH_BLOCKING=1), then the future completes.
+  c10::intrusive_ptr<c10d::Work> issued(const c10::intrusive_ptr<NeuronWork>& work) {
+    NEURON_RT_CALL(current_stream(device_ >= 0 ? device_ : group_.device()).enqueue([work] { work->wait_on_stream(); }));
+    work->complete_future_at_issue();
     return work;
   }
   c10::intrusive_ptr<c10d::Work> start(c10::intrusive_ptr<c10d::Work> transport_work,

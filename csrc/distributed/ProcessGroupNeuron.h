@@ -16,19 +16,24 @@
 // before it, so both paths keep one order.
 //
 // Ordering. A collective first waits for the work queued on its device's current stream
-// (NEURON_LAUNCH_BLOCKING=0), so Gloo reads finished inputs and no queued kernel still
-// touches its outputs. The collectives of one group run in the order they were issued (the
-// Gloo group has one worker thread), as a NCCL group's do on its stream; the step that
-// finishes a result (AVG's division, copies out of staging) runs on that thread as soon as
-// Gloo's op ends, so the next collective sees the finished result. The reduce-scatters run
-// as an allreduce of a staging copy (Gloo's reduce-scatter works have no future, so their
-// result could not be finished in order). A Work completes after its finishing step; its
-// future then holds the neuron tensors. The future is completed, and the callbacks chained
-// on it run, on a completion thread, never on Gloo's (Note [Completion threads] in the .cpp):
-// a callback may issue another collective and wait for it (PowerSGD's hook does). wait()
-// blocks the calling thread until the Work completed, so every op issued after wait() sees
-// the results. Until then the outputs must not be read (as with NCCL). Point-to-point works
-// (send, recv) are waited for on a completion thread, so their futures complete too.
+// (NEURON_LAUNCH_BLOCKING=0), so the transport reads finished inputs and no queued kernel
+// still touches its outputs. The collectives of one group run in the order they were issued
+// (the Gloo group has one worker thread, the shared-memory path one communication thread),
+// as a NCCL group's do on its stream; the step that finishes a result (AVG's division,
+// copies out of staging) runs before the next collective starts.
+//
+// Note [Stream-ordered collectives]. As ProcessGroupNCCL does, a collective is ordered on
+// the device's current stream: a task there waits for it, so ops issued after it on that
+// stream see its result without any wait() (in launch-blocking mode that task runs at the
+// call, so the call returns once the collective ended, as with CUDA_LAUNCH_BLOCKING=1). Its
+// future completes at issue, holding the outputs: callbacks chained with then() run at once
+// on the thread that chains them, so a callback may run another collective and wait for it,
+// and every rank issues the collectives of its callbacks in the same order (PowerSGD's hook
+// over several buckets). A failed or timed-out collective does not fail the device: its
+// Work carries the error, which wait() raises (its outputs are then undefined). wait()
+// blocks the calling thread until the Work completed. Point-to-point works (send, recv) are
+// not on the stream (an isend waiting there for its receive would deadlock ranks that both
+// send first); a completion thread waits for them and completes their futures.
 //
 // Beyond Gloo's own semantics:
 //  - AVG: SUM, then a division by the group size (truncating for integers, as NCCL does);
