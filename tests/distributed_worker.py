@@ -181,6 +181,13 @@ def ops_scenario(out_dir):
             return [output]
         compare(run)
 
+    @check("all_gather_into_tensor into a flat output (NCCL needs only the element count; Accelerate's gather)")
+    def _():
+        t = torch.tensor([[rank, 10 + rank]], dtype=torch.int64, device=NEURON)
+        output = torch.empty(world * t.numel(), dtype=torch.int64, device=NEURON)
+        dist.all_gather_into_tensor(output, t)
+        same([torch.tensor([v for r in range(world) for v in (r, 10 + r)])], [output])
+
     @check("all_gather_coalesced")
     def _():
         def run(device):

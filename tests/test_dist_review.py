@@ -2,7 +2,9 @@
 each script (tests/dist_review/, two ranks spawned by _harness.py) exits 0 when its finding is
 fixed. 01: a reduce-scatter's future completes without wait(); 02: a future callback that runs
 another collective and waits for it (PowerSGD's hook) does not deadlock; 03: a wait() that
-timed out does not leave AVG's sum undivided."""
+timed out does not leave AVG's sum undivided; 04: all_gather_into_tensor into a flat output
+(Accelerate's gather) on Gloo; 05: PowerSGD over several buckets issues its collectives in one
+order on every rank."""
 import pytest
 
 from conftest import review_repros, run_review_repro

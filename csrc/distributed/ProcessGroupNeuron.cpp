@@ -783,6 +783,17 @@ c10::intrusive_ptr<c10d::Work> all_gather_tensors(Call& call, c10d::Backend& tra
       }
     }, outputs);
   }
+  // Gloo wants the output shaped [n * input.size(0), ...]; NCCL (and Accelerate's gather,
+  // which passes a flat output) only needs the element count.
+  for (size_t i = 0; i < output_views.size() && i < input_views.size(); ++i) {
+    const at::Tensor& in = input_views[i];
+    if (output_views[i].is_contiguous() && output_views[i].numel() == in.numel() * size) {
+      std::vector<int64_t> shape = in.sizes().vec();
+      if (shape.empty()) shape.push_back(1);
+      shape[0] *= size;
+      output_views[i] = output_views[i].view(shape);
+    }
+  }
   output_views = movable(std::move(output_views));
   input_views = movable(std::move(input_views));
   auto& transport = call.transport(transport_backend);
