@@ -15,7 +15,7 @@ DEBIAN_PACKAGES := g++ cmake ninja-build libgtest-dev ccache
 SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h csrc/compile/*.cpp csrc/compile/*.h csrc/distributed/*.cpp csrc/distributed/*.h runtime/*.cpp runtime/*.h) setup.py
 EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
-.PHONY: demo test test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean
+.PHONY: demo test test-distributed test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean
 
 demo: build
 	$(PY) scripts/demo.py
@@ -76,7 +76,12 @@ test-runtime-sanitizers: deps
 	$(call runtime_suite,build-tsan,RelWithDebInfo,thread,TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1)
 
 test-python: build
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests -m "not distributed_extra"
+
+# The longer distributed cases (4 ranks, every transport, training, hosts in network
+# namespaces, killed ranks): CI runs them after `make test`.
+test-distributed: build
+	$(PY) -m pytest -q tests -m distributed_extra
 
 # A subset with device memory guarded (NEURON_SIM_MEMORY_GUARD=1: inaccessible outside
 # kernels and copies), in launch-blocking and asynchronous mode.

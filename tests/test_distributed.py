@@ -72,7 +72,12 @@ MODES = {
 }
 
 
-@pytest.fixture(scope="module", params=list(MODES))
+# `make test` runs the first two modes; `make test-distributed` (also in CI) all four.
+EXTRA_MODES = ("gloo only", "shared memory, small slots")
+
+
+@pytest.fixture(scope="module", params=[pytest.param(mode, marks=pytest.mark.distributed_extra) if mode in EXTRA_MODES
+                                        else mode for mode in MODES])
 def ops(request, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp(f"ops-{request.param}")
     torchrun(["ops", str(out_dir)], env=MODES[request.param])
