@@ -86,17 +86,22 @@ void remove_stale_segments() {
   closedir(dir);
 }
 
+// memcpy that takes empty messages (whose pointers may be null).
+inline void copy_bytes(void* to, const void* from, size_t bytes) {
+  if (bytes) std::memcpy(to, from, bytes);
+}
+
 // ---- element types and reductions --------------------------------------------------------
 
 float bf16_to_float(uint16_t bits) {
   const uint32_t word = static_cast<uint32_t>(bits) << 16;
   float value;
-  std::memcpy(&value, &word, sizeof(value));
+  copy_bytes(&value, &word, sizeof(value));
   return value;
 }
 uint16_t float_to_bf16(float value) {  // round to nearest even, NaN kept a NaN
   uint32_t word;
-  std::memcpy(&word, &value, sizeof(word));
+  copy_bytes(&word, &value, sizeof(word));
   if ((word & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((word >> 16) | 0x40);
   word += 0x7fffu + ((word >> 16) & 1u);
   return static_cast<uint16_t>(word >> 16);
@@ -123,12 +128,12 @@ float half_to_float(uint16_t h) {
     word = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
   }
   float value;
-  std::memcpy(&value, &word, sizeof(value));
+  copy_bytes(&value, &word, sizeof(value));
   return value;
 }
 uint16_t float_to_half(float value) {  // round to nearest even
   uint32_t word;
-  std::memcpy(&word, &value, sizeof(word));
+  copy_bytes(&word, &value, sizeof(word));
   const uint16_t sign = static_cast<uint16_t>((word >> 16) & 0x8000u);
   const uint32_t magnitude = word & 0x7fffffffu;
   if (magnitude > 0x7f800000u) return sign | 0x7e00u;                 // NaN
@@ -588,7 +593,7 @@ void ShmGroup::all_reduce(void* data, size_t count, ElementType type, ReduceKind
   for (size_t offset = 0; offset < count || (count == 0 && offset == 0); offset += chunk) {
     const size_t m = std::min(chunk, count - offset);
     const uint64_t buffer = buffers_++;
-    std::memcpy(slot(rank_, buffer), bytes + offset * width, m * width);
+    copy_bytes(slot(rank_, buffer), bytes + offset * width, m * width);
     step("all_reduce");
     const size_t part = (m + size_ - 1) / size_;
     const size_t begin = std::min(m, part * rank_), end = std::min(m, begin + part);
@@ -598,7 +603,7 @@ void ShmGroup::all_reduce(void* data, size_t count, ElementType type, ReduceKind
     step("all_reduce");
     for (int k = 0; k < size_; ++k) {
       const size_t b = std::min(m, part * k), e = std::min(m, b + part);
-      if (e > b) std::memcpy(bytes + (offset + b) * width, slot(k, buffer) + b * width, (e - b) * width);
+      if (e > b) copy_bytes(bytes + (offset + b) * width, slot(k, buffer) + b * width, (e - b) * width);
     }
     if (count == 0) break;
   }
@@ -610,7 +615,7 @@ void ShmGroup::all_gather(const void* input, void* output, size_t bytes) {
   if (agree_direct(input, output, "all_gather")) {  // this rank's input straight into every output
     for (int k = 0; k < size_; ++k) {
       unsigned char* target = peer_address(k, header_->ranks[k].b) + rank_ * bytes;
-      if (target != in) std::memcpy(target, in, bytes);
+      if (target != in) copy_bytes(target, in, bytes);
     }
     step("all_gather");
     return;
@@ -618,9 +623,9 @@ void ShmGroup::all_gather(const void* input, void* output, size_t bytes) {
   for (size_t offset = 0; offset < bytes || (bytes == 0 && offset == 0); offset += options_.slot_bytes) {
     const size_t m = std::min(options_.slot_bytes, bytes - offset);
     const uint64_t buffer = buffers_++;
-    std::memcpy(slot(rank_, buffer), in + offset, m);
+    copy_bytes(slot(rank_, buffer), in + offset, m);
     step("all_gather");
-    for (int k = 0; k < size_; ++k) std::memcpy(out + k * bytes + offset, slot(k, buffer), m);
+    for (int k = 0; k < size_; ++k) copy_bytes(out + k * bytes + offset, slot(k, buffer), m);
     if (bytes == 0) break;
   }
 }
@@ -632,16 +637,16 @@ void ShmGroup::broadcast(void* data, size_t bytes, int root) {
   }
   auto* out = static_cast<unsigned char*>(data);
   if (agree_direct(data, nullptr, "broadcast")) {
-    if (rank_ != root) std::memcpy(out, peer_address(root, header_->ranks[root].a), bytes);
+    if (rank_ != root) copy_bytes(out, peer_address(root, header_->ranks[root].a), bytes);
     step("broadcast");
     return;
   }
   for (size_t offset = 0; offset < bytes || (bytes == 0 && offset == 0); offset += options_.slot_bytes) {
     const size_t m = std::min(options_.slot_bytes, bytes - offset);
     const uint64_t buffer = buffers_++;
-    if (rank_ == root) std::memcpy(slot(root, buffer), out + offset, m);
+    if (rank_ == root) copy_bytes(slot(root, buffer), out + offset, m);
     step("broadcast");
-    if (rank_ != root) std::memcpy(out + offset, slot(root, buffer), m);
+    if (rank_ != root) copy_bytes(out + offset, slot(root, buffer), m);
     if (bytes == 0) break;
   }
 }
@@ -665,7 +670,7 @@ void ShmGroup::reduce_scatter(const void* input, void* output, size_t count, Ele
     const size_t m = std::min(chunk, count - offset);
     const uint64_t buffer = buffers_++;
     for (int j = 0; j < size_; ++j) {
-      std::memcpy(slot(rank_, buffer) + j * m * width, in + (j * count + offset) * width, m * width);
+      copy_bytes(slot(rank_, buffer) + j * m * width, in + (j * count + offset) * width, m * width);
     }
     step("reduce_scatter");
     for (int k = 0; k < size_; ++k) sources[k] = slot(k, buffer) + rank_ * m * width;

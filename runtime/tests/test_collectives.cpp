@@ -319,7 +319,7 @@ TEST(ShmCollectives, RanksOnOtherHostsGetNoGroupAndAStaleSegmentIsRemoved) {
   store.rewrite = [](const std::string& key, const std::string& value) {
     return key == "t/host/1" ? value + "-elsewhere" : value;
   };
-  std::vector<bool> made(2, true);
+  bool made[2] = {true, true};  // not vector<bool>: its bits share a word between the threads
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] { made[rank] = ShmGroup::create(store, "t/", rank, 2, small_slots()) != nullptr; });
