@@ -4,7 +4,8 @@ fixed. 01: a reduce-scatter's future completes without wait(); 02: a future call
 another collective and waits for it (PowerSGD's hook) does not deadlock; 03: a wait() that
 timed out does not leave AVG's sum undivided; 04: all_gather_into_tensor into a flat output
 (Accelerate's gather) on Gloo; 05: PowerSGD over several buckets issues its collectives in one
-order on every rank."""
+order on every rank; 06: a group freed (by DDP) after destroy_process_group does not hang.
+(04-06 come from the helpers that wrote the training and multi-host tests.)"""
 import pytest
 
 from conftest import review_repros, run_review_repro

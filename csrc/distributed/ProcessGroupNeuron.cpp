@@ -1,6 +1,8 @@
 // The c10d backend "neuron": Note [ProcessGroupNeuron] in ProcessGroupNeuron.h.
 #include "ProcessGroupNeuron.h"
 
+#include <pybind11/pybind11.h>
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <c10/util/accumulate.h>
@@ -528,6 +530,7 @@ class Call {
   template <typename Body>
   c10::intrusive_ptr<c10d::Work> run(Body&& body) {
     try {
+      if (group_.aborted()) C10_THROW_ERROR(DistBackendError, "the process group was aborted (abort() was called)");
       return body();
     } catch (...) {
       rethrow_in_context(group_.describe(name_));
@@ -636,6 +639,7 @@ class Call {
       // Point-to-point: neither on the stream nor blocking in launch-blocking mode (an isend
       // waiting for its receive would deadlock ranks that both send first, as NCCL's would
       // outside a group); its future completes when the transfer ends.
+      group_.track(work);
       work->watch_transport();
       return work;
     }
@@ -646,6 +650,7 @@ class Call {
   // (a task: in launch-blocking mode it runs here, so the call returns once the collective
   // ended, as with CUDA_LAUNCH_BLOCKING=1), then the future completes.
   c10::intrusive_ptr<c10d::Work> issued(const c10::intrusive_ptr<NeuronWork>& work) {
+    group_.track(work);  // before it may block here: abort() from another thread ends it
     NEURON_RT_CALL(current_stream(device_ >= 0 ? device_ : group_.device()).enqueue([work] { work->wait_on_stream(); }));
     work->complete_future_at_issue();
     return work;
@@ -840,12 +845,31 @@ ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transpo
 }
 
 ProcessGroupNeuron::~ProcessGroupNeuron() {
-  {
-    std::lock_guard<std::mutex> lock(comm_mutex_);
-    comm_stopping_ = true;
+  auto teardown = [this] {
+    {
+      std::lock_guard<std::mutex> lock(comm_mutex_);
+      comm_stopping_ = true;
+    }
+    comm_ready_.notify_all();
+    if (comm_thread_.joinable()) comm_thread_.join();  // its queued collectives end (or time out) first
+    last_transport_work_.reset();
+    if (aborted_.load()) {
+      // Gloo's thread may still be in a transfer that only its own timeout ends (a link
+      // down): its destructor joins it elsewhere, so abort-then-destroy returns at once.
+      std::thread([transport = std::move(transport_)]() mutable { transport.reset(); }).detach();
+    } else {
+      transport_.reset();  // joins Gloo's thread
+    }
+  };
+  // The threads joined here may drop the last reference to tensors that have Python objects,
+  // which takes the GIL: a thread holding it while joining them would wait forever (the last
+  // reference to a group may go in C++ code called with the GIL held, e.g. DDP's Reducer).
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release release;
+    teardown();
+  } else {
+    teardown();
   }
-  comm_ready_.notify_all();
-  if (comm_thread_.joinable()) comm_thread_.join();  // its queued collectives end (or time out) first
 }
 
 void ProcessGroupNeuron::enqueue_shared(std::function<void()> task) {
@@ -1229,8 +1253,32 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOp
 
 void ProcessGroupNeuron::setSequenceNumberForGroup() { transport_->setSequenceNumberForGroup(); }
 uint64_t ProcessGroupNeuron::getSequenceNumberForGroup() { return transport_->getSequenceNumberForGroup(); }
+void ProcessGroupNeuron::track(const c10::intrusive_ptr<c10d::Work>& work) {
+  std::lock_guard<std::mutex> lock(works_mutex_);
+  if (in_flight_.size() >= 64) {  // forget the ended ones now and then
+    std::vector<c10::weak_intrusive_ptr<c10d::Work>> live;
+    for (auto& weak : in_flight_) {
+      auto strong = weak.lock();
+      if (strong && !strong->isCompleted()) live.push_back(std::move(weak));
+    }
+    in_flight_ = std::move(live);
+  }
+  in_flight_.emplace_back(work);
+}
+
+// Ends every collective still pending, on both transports (Gloo's own abort does nothing),
+// and fails every later call, as NCCL's communicator abort does.
 void ProcessGroupNeuron::abort() {
+  aborted_.store(true);
   if (shm_) shm_->abort("abort() was called");
+  std::vector<c10::weak_intrusive_ptr<c10d::Work>> pending;
+  {
+    std::lock_guard<std::mutex> lock(works_mutex_);
+    pending.swap(in_flight_);
+  }
+  for (auto& weak : pending) {
+    if (auto work = weak.lock()) work->abort();
+  }
   transport_->abort();
 }
 void ProcessGroupNeuron::shutdown() { transport_->shutdown(); }

@@ -57,6 +57,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -105,6 +106,9 @@ class ProcessGroupNeuron final : public c10d::Backend {
   // NCCL group's stream does); a Gloo collective waits for those issued before it.
   void enqueue_shared(std::function<void()> task);
   void wait_shared_works();
+  // Works not yet complete, for abort(); and whether abort() was called (later calls fail).
+  void track(const c10::intrusive_ptr<c10d::Work>& work);
+  bool aborted() const { return aborted_.load(); }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -164,6 +168,9 @@ class ProcessGroupNeuron final : public c10d::Backend {
   std::deque<std::function<void()>> comm_tasks_;
   uint64_t comm_submitted_ = 0, comm_finished_ = 0;
   bool comm_stopping_ = false;
+  std::mutex works_mutex_;
+  std::vector<c10::weak_intrusive_ptr<c10d::Work>> in_flight_;
+  std::atomic<bool> aborted_{false};
   std::mutex transport_mutex_;
   c10::intrusive_ptr<c10d::Work> last_transport_work_;
 };
