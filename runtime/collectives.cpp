@@ -507,7 +507,21 @@ void ShmGroup::abort(const std::string& why) noexcept {
   }
 }
 
+// Throws the group's failure, if any.
+void ShmGroup::check_failed() const {
+  if (const uint32_t failed = header_->failed.load(std::memory_order_acquire)) {
+    const std::string message(header_->message, strnlen(header_->message, kMessageBytes));
+    throw Error(ErrorCode::kAborted, static_cast<int>(failed - 1) == rank_
+                                         ? message
+                                         : "the group failed on rank " + std::to_string(failed - 1) + ": " + message);
+  }
+}
+
 void ShmGroup::step(const char* collective) {
+  // A failed group never advances a rank's counter (a late peer would pass its steps and
+  // act on the pointers of another call), and a step that completes in a failed group
+  // still throws: no rank touches a peer's memory after the peer has given up.
+  check_failed();
   const uint32_t target = ++steps_;
   RankLine* lines = header_->ranks;
   lines[rank_].progress.store(target, std::memory_order_release);
@@ -521,12 +535,7 @@ void ShmGroup::step(const char* collective) {
     for (;;) {
       const uint32_t seen = lines[other].progress.load(std::memory_order_acquire);
       if (static_cast<int32_t>(seen - target) >= 0) break;
-      if (const uint32_t failed = header_->failed.load(std::memory_order_acquire)) {
-        const std::string message(header_->message, strnlen(header_->message, kMessageBytes));
-        throw Error(ErrorCode::kAborted, static_cast<int>(failed - 1) == rank_
-                                             ? message
-                                             : "the group failed on rank " + std::to_string(failed - 1) + ": " + message);
-      }
+      check_failed();
       if (spins < 256) {
         ++spins;
         cpu_relax();
@@ -566,6 +575,7 @@ void ShmGroup::step(const char* collective) {
       futex_wait(&lines[other].progress, seen, std::chrono::milliseconds(10));
     }
   }
+  check_failed();
 }
 
 void ShmGroup::barrier() { step("barrier"); }

@@ -124,6 +124,7 @@ class ShmGroup {
   void step(const char* collective);
   unsigned char* slot(int rank, uint64_t buffer) const;
   void fail(const std::string& message);
+  void check_failed() const;
   void map_peers();
   // Zero-copy agreement (one step): true when every rank's `a` (and `b`, unless null) lie in
   // its shared device memory.

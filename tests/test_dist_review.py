@@ -5,7 +5,9 @@ another collective and waits for it (PowerSGD's hook) does not deadlock; 03: a w
 timed out does not leave AVG's sum undivided; 04: all_gather_into_tensor into a flat output
 (Accelerate's gather) on Gloo; 05: PowerSGD over several buckets issues its collectives in one
 order on every rank; 06: a group freed (by DDP) after destroy_process_group does not hang.
-(04-06 come from the helpers that wrote the training and multi-host tests.)"""
+(04-06 come from the helpers that wrote the training and multi-host tests.) 07-11: the second review
+(review 9b): zero-copy after a peer failed, completed works pinning tensors, a failed rank's counter
+running ahead, a preposted irecv holding up collectives, the transport chosen by layout."""
 import pytest
 
 from conftest import review_repros, run_review_repro

@@ -268,7 +268,7 @@ bool all_contiguous(const std::vector<at::Tensor>& views) {
 // raises for what it cannot do either).
 bool shared_reduces(const std::vector<at::Tensor>& views, const c10d::ReduceOp& op) {
   const auto kind = shared_reduction(op);
-  if (!kind || !all_contiguous(views)) return false;
+  if (!kind) return false;
   for (const auto& view : views) {
     const auto element = shared_element(view.scalar_type());
     if (!element || !neuron_rt::reduction_supported(*element, *kind)) return false;
@@ -432,6 +432,17 @@ class NeuronWork final : public c10d::Work {
     complete(backend_error(what_ + " was aborted"));
   }
 
+  // The last strong reference went; weak ones (the group's list of pending works, for
+  // abort()) keep the object, not what it holds: the tensors are released now.
+  void release_resources() override {
+    value_ = c10::IValue();
+    outputs_.clear();
+    future_.reset();
+    transport_work_.reset();
+    finish_steps_.clear();
+
+  }
+
   void synchronize() override {}  // the results are in device memory once completed
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -506,10 +517,10 @@ class NeuronWork final : public c10d::Work {
   const std::string what_;
   const Clock::time_point deadline_;
   const Milliseconds limit_;
-  const c10::IValue value_;
-  const std::vector<at::Tensor> outputs_;
-  const c10::intrusive_ptr<c10::ivalue::Future> future_;
-  const c10::intrusive_ptr<c10d::Work> transport_work_;
+  c10::IValue value_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  c10::intrusive_ptr<c10d::Work> transport_work_;
   std::vector<std::function<void()>> finish_steps_;  // touched by whoever sees the transport's work end
   bool transport_future_ = true;  // false: point-to-point (watched; not ordered on the stream)
   std::atomic<bool> done_{false};
@@ -577,6 +588,27 @@ class Call {
   // A step run after the transport's work succeeded, before the Work completes.
   void finally(std::function<void()> step) { finish_steps_.push_back(std::move(step)); }
 
+  // Contiguous stand-ins for the shared-memory transport: a view that is not contiguous is
+  // copied (now: the device is ready), and, when it `receives` a result, copied back before
+  // every other finishing step. The transport a collective takes must not depend on a
+  // rank's layouts, which its peers may not share (they would wait in another transport).
+  std::vector<at::Tensor> staged(const std::vector<at::Tensor>& views, bool receives) {
+    ready();
+    std::vector<at::Tensor> stand_ins;
+    for (const auto& view : views) {
+      if (view.is_contiguous()) {
+        stand_ins.push_back(view);
+        continue;
+      }
+      at::Tensor copy = view.contiguous();
+      stand_ins.push_back(copy);
+      if (receives) {
+        finish_steps_.insert(finish_steps_.begin(), [view, copy] { view.copy_(copy); });
+      }
+    }
+    return stand_ins;
+  }
+
   // The shared-memory transport: `body(shm)` runs the collective on the group's
   // communication thread, in the order collectives were issued, once the device is ready
   // (now) and the group's Gloo works issued before have ended (there). Returns its Work at
@@ -627,8 +659,8 @@ class Call {
     auto work = c10::make_intrusive<NeuronWork>(group_.describe(name_), group_.getRank(), type_, deadline_, limit_,
                                                 std::move(value), std::move(outputs), transport_work,
                                                 std::move(finish_steps_));
-    group_.note_transport_work(work);
     if (transport_future) {
+      group_.note_transport_work(work);  // not send/recv: a preposted recv must not hold up collectives
       // Runs on the transport's thread (or here, when it has already finished), so the
       // finishing steps end before the transport starts the next collective. The cycle
       // work -> transport work -> its future -> this callback ends when the future completes.
@@ -741,10 +773,11 @@ c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend&
                 dtype_name(input_views[i].scalar_type()), " input for a ", dtype_name(output_views[i].scalar_type()),
                 " output: the dtypes must match");
   }
-  if (shm && shared_reduces(input_views, reduction.transport_op) && all_contiguous(output_views)) {
-    std::vector<at::Tensor> sent = input_views;
+  if (shm && shared_reduces(input_views, reduction.transport_op)) {
+    std::vector<at::Tensor> sent = call.staged(input_views, /*receives=*/false);
     if (reduction.premultiply) sent = reduction.scaled(input_views);
-    if (reduction.average) call.finally(averaging(output_views, size));
+    if (reduction.average) call.finally(averaging(output_views, size));  // after the copies back
+    output_views = call.staged(output_views, /*receives=*/true);
     const auto kind = *shared_reduction(reduction.transport_op);
     return call.run_shared([sent, output_views, kind](neuron_rt::ShmGroup& group) {
       for (size_t i = 0; i < sent.size(); ++i) {
@@ -775,14 +808,16 @@ c10::intrusive_ptr<c10d::Work> all_gather_tensors(Call& call, c10d::Backend& tra
                                                   const c10d::AllgatherOptions& opts) {
   auto output_views = call.host(outputs);
   auto input_views = call.host(inputs);
-  bool even = shm && output_views.size() == input_views.size() && all_contiguous(output_views) &&
-              all_contiguous(input_views);
+  bool even = shm && output_views.size() == input_views.size();
   for (size_t i = 0; even && i < output_views.size(); ++i) {
     even = output_views[i].scalar_type() == input_views[i].scalar_type() &&
            output_views[i].numel() == input_views[i].numel() * size;
   }
   if (even) {
-    return call.run_shared([input_views, output_views](neuron_rt::ShmGroup& group) {
+    // in place (an input that is a block of its output) stays in place when contiguous
+    auto outputs_here = call.staged(output_views, /*receives=*/true);
+    auto inputs_here = call.staged(input_views, /*receives=*/false);
+    return call.run_shared([input_views = inputs_here, output_views = outputs_here](neuron_rt::ShmGroup& group) {
       for (size_t i = 0; i < input_views.size(); ++i) {
         group.all_gather(input_views[i].data_ptr(), output_views[i].data_ptr(), input_views[i].nbytes());
       }
@@ -944,8 +979,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
   Call call(*this, "broadcast", c10d::OpType::BROADCAST, opts.timeout);
   return call.run([&] {
     auto views = call.host(tensors);
-    if (shm_ && views.size() == 1 && opts.rootTensor == 0 && all_contiguous(views)) {
+    if (shm_ && views.size() == 1 && opts.rootTensor == 0) {
       const int root = static_cast<int>(opts.rootRank);
+      views = call.staged(views, /*receives=*/rank_ != root);
       return call.run_shared([views, root](neuron_rt::ShmGroup& group) {
         group.broadcast(views[0].data_ptr(), views[0].nbytes(), root);
       }, tensors);
@@ -966,6 +1002,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
     auto sent = reduction_inputs(call, reduction, views, /*receives=*/true, size_);
     if (shared) {
       const auto kind = *shared_reduction(reduction.transport_op);
+      sent = call.staged(sent, /*receives=*/true);
       return call.run_shared([sent, kind](neuron_rt::ShmGroup& group) {
         group.all_reduce(sent[0].data_ptr(), static_cast<size_t>(sent[0].numel()), *shared_element(sent[0].scalar_type()),
                          kind);
@@ -987,6 +1024,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vect
     auto sent = reduction_inputs(call, reduction, views, /*receives=*/true, size_);
     if (shared) {
       const auto kind = *shared_reduction(reduction.transport_op);
+      sent = call.staged(sent, /*receives=*/true);
       return call.run_shared([sent, kind](neuron_rt::ShmGroup& group) {
         for (const auto& tensor : sent) {
           group.all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), *shared_element(tensor.scalar_type()),
@@ -1020,8 +1058,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
     auto output_views = call.host(outputs);
     auto input_views = call.host(inputs);
     auto gathers_evenly = [&] {
-      if (input_views.size() != 1 || output_views.size() != 1 || !all_contiguous(input_views) ||
-          static_cast<int>(output_views[0].size()) != size_) {
+      if (input_views.size() != 1 || output_views.size() != 1 || static_cast<int>(output_views[0].size()) != size_) {
         return false;
       }
       for (const auto& view : output_views[0]) {
@@ -1030,6 +1067,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
       return true;
     };
     if (shm_ && gathers_evenly()) {  // through one staging buffer, copied out
+      input_views = call.staged(input_views, /*receives=*/false);
       return call.run_shared([input = input_views[0], outputs = output_views[0]](neuron_rt::ShmGroup& group) {
         const int64_t bytes = static_cast<int64_t>(input.nbytes());
         at::Tensor staging = at::empty({bytes * group.size()}, input.options().dtype(at::kByte));

@@ -1,4 +1,5 @@
-"""Tiny 2-rank harness: run(fn) spawns 2 processes with a FileStore, default group
+"""PG_TIMEOUT_<rank> sets one rank's group timeout (PG_TIMEOUT: both).
+Tiny 2-rank harness: run(fn) spawns 2 processes with a FileStore, default group
 "cpu:gloo,neuron:neuron"; fn(rank) raises AssertionError on a bug. Exit code 1 if any rank
 failed or timed out."""
 import os, sys, tempfile, traceback, datetime
@@ -12,7 +13,7 @@ def _worker(fn, rank, path, q, env):
     try:
         store = dist.FileStore(path, 2)
         dist.init_process_group("cpu:gloo,neuron:neuron", store=store, rank=rank, world_size=2,
-                                timeout=datetime.timedelta(seconds=float(env.get("PG_TIMEOUT", "20"))))
+                                timeout=datetime.timedelta(seconds=float(env.get(f"PG_TIMEOUT_{rank}", env.get("PG_TIMEOUT", "20")))))
         r = fn(rank)
         q.put((rank, "ok", r))
     except BaseException as e:
@@ -35,12 +36,16 @@ def run(fn, timeout=50, env=None):
             results[rank] = (status, detail)
         except queue.Empty:
             break
-    for p in ps:
+    killed = set()
+    for i, p in enumerate(ps):
         p.join(timeout=2)
-        if p.is_alive(): p.kill()
+        if p.is_alive():
+            p.kill(); killed.add(i)
     bad = False
     for r in range(2):
-        s = results.get(r, ("timeout", f"rank {r} did not finish within {timeout}s (hang)"))
+        code = ps[r].exitcode
+        s = results.get(r, ("timeout", f"rank {r} did not finish within {timeout}s (hang)") if code is None or code == 0 or r in killed
+                        else ("crash", f"rank {r} died with exit code {code}"))
         print(f"rank {r}: {s[0]}: {s[1]}")
         bad |= s[0] != "ok"
     sys.exit(1 if bad else 0)
