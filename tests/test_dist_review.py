@@ -7,7 +7,8 @@ timed out does not leave AVG's sum undivided; 04: all_gather_into_tensor into a 
 order on every rank; 06: a group freed (by DDP) after destroy_process_group does not hang.
 (04-06 come from the helpers that wrote the training and multi-host tests.) 07-11: the second review
 (review 9b): zero-copy after a peer failed, completed works pinning tensors, a failed rank's counter
-running ahead, a preposted irecv holding up collectives, the transport chosen by layout."""
+running ahead, a preposted irecv holding up collectives, the transport chosen by layout; 12: a
+PREMUL_SUM reduce_scatter of a transposed input."""
 import pytest
 
 from conftest import review_repros, run_review_repro

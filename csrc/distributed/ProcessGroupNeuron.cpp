@@ -157,8 +157,10 @@ struct Reduction {
   double factor = 1.0;
   at::Tensor factor_tensor;  // a CPU scalar, when the factor is a tensor
 
+  // A contiguous copy (the product keeps a transposed input's layout; the transports read
+  // the copy as one block).
   at::Tensor scaled(const at::Tensor& view) const {
-    return factor_tensor.defined() ? view * factor_tensor : view * factor;
+    return (factor_tensor.defined() ? view * factor_tensor : view * factor).contiguous();
   }
   void scale_in_place(std::vector<at::Tensor>& views) const {
     for (auto& view : views) factor_tensor.defined() ? view.mul_(factor_tensor) : view.mul_(factor);
