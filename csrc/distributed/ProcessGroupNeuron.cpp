@@ -467,11 +467,28 @@ class NeuronWork final : public c10d::Work {
     }
   }
 
+ public:
+  // What the device stream waits on (Note [Stream-ordered collectives]): not the Work, whose
+  // tensors a stream task must not hold (dropping the last reference to a Python-owned tensor
+  // on the stream's thread takes the GIL, which a host wait may hold).
+  struct Signal {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+  };
+  std::shared_ptr<Signal> signal() const { return signal_; }
+
+ private:
   // Completes the Work once; the first caller wins. A point-to-point Work's future completes
   // with it, on a completion thread (Note [Completion threads]); the others' at issue.
   void complete(std::exception_ptr error) {
     if (done_.exchange(true)) return;
     finish(error);
+    {
+      std::lock_guard<std::mutex> lock(signal_->mutex);
+      signal_->done = true;
+    }
+    signal_->done_cv.notify_all();
     if (!transport_work_ || transport_future_) return;
     CompletionThreads::get().post([future = future_, value = value_, error] {
       if (error) {
@@ -525,6 +542,7 @@ class NeuronWork final : public c10d::Work {
   c10::intrusive_ptr<c10d::Work> transport_work_;
   std::vector<std::function<void()>> finish_steps_;  // touched by whoever sees the transport's work end
   bool transport_future_ = true;  // false: point-to-point (watched; not ordered on the stream)
+  const std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
   std::atomic<bool> done_{false};
 };
 
@@ -685,7 +703,15 @@ class Call {
   // ended, as with CUDA_LAUNCH_BLOCKING=1), then the future completes.
   c10::intrusive_ptr<c10d::Work> issued(const c10::intrusive_ptr<NeuronWork>& work) {
     group_.track(work);  // before it may block here: abort() from another thread ends it
-    NEURON_RT_CALL(current_stream(device_ >= 0 ? device_ : group_.device()).enqueue([work] { work->wait_on_stream(); }));
+    // Waits until the Work completed or its deadline (and a moment for the transport's own
+    // error) passed; never fails the stream: the Work carries the error.
+    const Clock::time_point until = deadline_ + Milliseconds(500);
+    NEURON_RT_CALL(current_stream(device_ >= 0 ? device_ : group_.device())
+                       .enqueue([signal = work->signal(), until] {
+                         std::unique_lock<std::mutex> lock(signal->mutex);
+                         signal->done_cv.wait_until(lock, until, [&] { return signal->done; });
+                       }));
+    if (!work->isCompleted() && Clock::now() >= until) work->wait_on_stream();  // past its deadline: time it out
     work->complete_future_at_issue();
     return work;
   }
