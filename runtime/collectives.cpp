@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/spin.h"
 
 namespace neuron_rt {
 namespace {
@@ -30,14 +31,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kMagic = 0x6e6575726f6e7368ull;  // "neuronsh"
 constexpr const char* kNamePrefix = "neuron-sim-";
 constexpr size_t kMessageBytes = 480;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // Futex on a word of the shared segment (not FUTEX_PRIVATE: other processes map it).
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds timeout) {

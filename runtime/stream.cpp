@@ -1,6 +1,7 @@
 #include "stream.h"
 
 #include "error.h"
+#include "spin.h"
 
 namespace neuron_rt {
 
@@ -10,14 +11,6 @@ thread_local Stream* t_current_worker = nullptr;
 // How long an idle worker spins before it sleeps, in polls of its queue: work enqueued
 // within a few microseconds of the last task is picked up without a wake-up system call.
 constexpr int kIdleSpins = 2000;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 std::string describe(const std::exception_ptr& error) {
   try {

@@ -259,13 +259,6 @@ std::optional<neuron_rt::ReduceKind> shared_reduction(const c10d::ReduceOp& op) 
   }
 }
 
-bool all_contiguous(const std::vector<at::Tensor>& views) {
-  for (const auto& view : views) {
-    if (!view.defined() || !view.is_contiguous()) return false;
-  }
-  return true;
-}
-
 // Whether shared memory reduces these host views with `op` (else they go to Gloo, which
 // raises for what it cannot do either).
 bool shared_reduces(const std::vector<at::Tensor>& views, const c10d::ReduceOp& op) {
@@ -816,12 +809,7 @@ c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend&
   }
   std::vector<at::Tensor> stages;
   std::vector<int64_t> offsets;
-  for (size_t i = 0; i < input_views.size(); ++i) {
-    TORCH_CHECK(input_views[i].numel() == output_views[i].numel() * size, "the input has ", input_views[i].numel(),
-                " elements; it must have the output's ", output_views[i].numel(), " times the group size ", size);
-    TORCH_CHECK(input_views[i].scalar_type() == output_views[i].scalar_type(), "a ",
-                dtype_name(input_views[i].scalar_type()), " input for a ", dtype_name(output_views[i].scalar_type()),
-                " output: the dtypes must match");
+  for (size_t i = 0; i < input_views.size(); ++i) {  // checked above
     stages.push_back(input_views[i].reshape({-1}).clone(at::MemoryFormat::Contiguous));
     offsets.push_back(output_views[i].numel() * rank);
   }
