@@ -2,7 +2,21 @@
 import os
 import sys
 
-import torch
+# Imported before torch: torch's import loads the backends' entry points, and ours (torch_neuronx)
+# imports this package, which would be half-loaded then. Load torch without them and run them
+# once this package is complete (end of this file).
+_AUTOLOAD_SETTING = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
+_AUTOLOAD_AFTER = "torch" not in sys.modules and _AUTOLOAD_SETTING in (None, "1")
+if _AUTOLOAD_AFTER:
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    try:
+        import torch
+    finally:
+        if _AUTOLOAD_SETTING is None:
+            del os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"]
+        else:
+            os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = _AUTOLOAD_SETTING
+import torch  # noqa: E402
 
 from . import _C  # noqa: F401  (loads the bridge: allocator, guard, hooks, kernels)
 from . import neuron as _neuron_module
@@ -72,3 +86,7 @@ def get_op_counts():
 
 def is_simulated():
     return True
+
+
+if _AUTOLOAD_AFTER:
+    torch._import_device_backends()

@@ -3,9 +3,17 @@ simulated Neuron device of torch-neuron-sim. `import torch_neuronx` registers th
 "neuron" device (also loaded automatically through the torch.backends entry point).
 
 Names of our own, not in AWS's package: is_simulated(), get_op_counts()."""
-import torch
 
-import torch_neuron_sim as _sim
+
+def _autoload():
+    """Entry point of `torch.backends`: importing this module does the registration. Defined
+    before `import torch`: when a script imports torch_neuronx first, torch's own import calls
+    this while this module is still loading, and the rest of this module then registers."""
+
+
+import torch  # noqa: E402
+
+import torch_neuron_sim as _sim  # noqa: E402
 from torch_neuron_sim import clear_op_tracking, get_executed_ops, get_fallback_ops, get_op_counts, is_simulated
 from torch_neuron_sim.dynamo_metrics import NeuronCompilationMetrics, get_dynamo_metrics, reset_dynamo_metrics
 from torch_neuron_sim.neuron import (Event, Stream, StreamContext, current_device, current_stream,
@@ -35,8 +43,3 @@ __all__ = [
 def is_neuron_runtime_initialized():
     """True once this process has started the (simulated) Neuron runtime."""
     return torch.neuron.is_initialized()
-
-
-def _autoload():
-    """Entry point of `torch.backends`: importing this module did the registration."""
-    return _sim

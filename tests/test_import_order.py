@@ -1,0 +1,30 @@
+"""Any import order registers the device: a script may import torch_neuronx (or our package)
+before torch, and torch's import then loads our entry point while our module is half-loaded."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = """
+import {first}
+import torch, torch_neuronx
+assert (torch.ones(2, device="neuron") + 1).cpu().tolist() == [2.0, 2.0]
+assert torch_neuronx.is_simulated() and torch.neuron.device_count() >= 1
+print("ok", os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"))
+"""
+
+
+@pytest.mark.parametrize("first,autoload", [("torch_neuronx", None), ("torch_neuron_sim", None),
+                                            ("torch_neuron_sim.distributed", "1"), ("torch_neuronx", "0"),
+                                            ("torch", None)])
+def test_import_order(first, autoload):
+    env = dict(os.environ)
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    if autoload is not None:
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = autoload
+    out = subprocess.run([sys.executable, "-c", "import os\n" + SCRIPT.format(first=first)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # the setting the user gave is what the script sees afterwards
+    assert out.stdout.split() == ["ok", str(autoload)]
