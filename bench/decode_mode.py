@@ -1,9 +1,11 @@
-"""One side of the asynchronous-vs-launch-blocking decode benchmark (bench/bench.py runs it in
-child processes, alternating the two modes): greedy decode of the demo model on neuron.
-Prints tokens/s (median of `--repeats`) and host waits per decode step."""
+"""One side of the asynchronous-vs-launch-blocking decode benchmark. bench/bench.py starts one
+child per mode (the mode is fixed when the runtime starts) and alternates them call by call:
+each line read on stdin runs one greedy decode of the demo model on neuron and answers
+"<seconds> <host waits> <seconds the host was blocked in them>", so both modes see the same machine within a fraction of a second
+(these machines' speed drifts by tens of percent over seconds)."""
 import argparse
 import os
-import statistics
+import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -19,28 +21,28 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--tokens", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     model = AutoModelForCausalLM.from_pretrained(os.path.join(HERE, "..", "demo", "model"),
                                                  dtype=getattr(torch, args.dtype), device_map="neuron")
     ids = torch.tensor([[1, 300, 301, 302, 303, 304, 305, 306]], device="neuron")
+    counters = torch_neuronx._sim._C.stream_counters
 
     def generate():
         model.generate(ids, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False)
 
     generate()  # warm up (and, asynchronous, check every op's meta kernel once)
     torch.neuron.synchronize()
-    counters = torch_neuronx._sim._C.stream_counters
-    samples = []
-    _, waits_before = counters()
-    for _ in range(args.repeats):
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        _, waits_before = counters()
+        waited_before = torch_neuronx._sim._C.stream_wait_seconds()
         start = time.perf_counter()
         generate()
         torch.neuron.synchronize()
-        samples.append(time.perf_counter() - start)
-    _, waits_after = counters()
-    print(f"{args.tokens / statistics.median(samples):.2f} "
-          f"{(waits_after - waits_before) / (args.repeats * args.tokens):.2f}")
+        elapsed = time.perf_counter() - start
+        _, waits_after = counters()
+        waited = torch_neuronx._sim._C.stream_wait_seconds() - waited_before
+        print(f"{elapsed} {waits_after - waits_before} {waited}", flush=True)
 
 
 if __name__ == "__main__":

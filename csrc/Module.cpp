@@ -110,6 +110,14 @@ PYBIND11_MODULE(_C, m) {
     }
     return py::make_tuple(enqueued, waits);
   });
+  m.def("stream_wait_seconds", [] {  // time the host spent blocked in those waits, all streams
+    auto& rt = runtime();
+    uint64_t ns = 0;
+    for (int d = 0; d < rt.device_count(); ++d) {
+      for (int id = 0; id <= neuron_rt::kStreamPoolSize; ++id) ns += rt.stream(d, id).host_wait_ns();
+    }
+    return double(ns) * 1e-9;
+  });
   m.def("memory_guard", [] { return runtime().memory_guard(); });
   // Note [64-bit as 32-bit], for the compiler's pass: the rule of one op.
   m.def("narrowing_rule", [](const std::string& qualified_name) {

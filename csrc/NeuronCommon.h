@@ -34,6 +34,17 @@ neuron_rt::Stream& current_stream(c10::DeviceIndex device);
 // throws the stream's sticky error.
 void synchronize_stream(neuron_rt::Stream& stream);
 
+// Note [Kernel threads]: a queued kernel runs on the stream's worker thread, which shares the
+// machine's cores with the host thread (the simulated device has no cores of its own). While
+// the host runs Python, a kernel leaves it one core (`threads` - 1 intra-op threads, at least
+// one); while the host is blocked waiting for the stream, the kernel takes all `threads`.
+// `threads` is the enqueuing thread's setting (torch.set_num_threads), read at enqueue by
+// kernel_threads_setting(); use_kernel_threads() applies it on the worker, before the kernel.
+// Measured (make bench, asynchronous vs launch-blocking decode): with every queued kernel at
+// the full count, the worker's OpenMP team and the host thread took turns on 2 cores.
+int kernel_threads_setting();
+void use_kernel_threads(const neuron_rt::Stream& stream, int threads);
+
 // The allocator of neuron device memory (a c10::DeviceAllocator).
 c10::Allocator* neuron_allocator();
 // The allocator of pinned host memory (an at::HostAllocator).

@@ -95,6 +95,11 @@ class Stream {
   // Counters for tests and benchmarks: tasks enqueued, and waits that had to block.
   uint64_t enqueued() const { return enqueued_.load(std::memory_order_relaxed); }
   uint64_t host_waits() const { return host_waits_.load(std::memory_order_relaxed); }
+  // Time the host spent blocked in those waits, in nanoseconds.
+  uint64_t host_wait_ns() const { return host_wait_ns_.load(std::memory_order_relaxed); }
+  // True while a host thread is blocked in wait_for() on this stream: the core it runs on is
+  // idle then, and a task may use it (the kernels' thread count follows this).
+  bool host_waiting() const { return wake_at_.load(std::memory_order_relaxed) != kNobodyWaits; }
 
   int device() const { return device_; }
   int id() const { return id_; }
@@ -135,6 +140,7 @@ class Stream {
   std::multiset<uint64_t> awaited_;
   std::atomic<uint64_t> wake_at_{kNobodyWaits};
   std::atomic<uint64_t> host_waits_{0};
+  std::atomic<uint64_t> host_wait_ns_{0};
   std::atomic<bool> aborted_{false};
   bool stopping_ = false;   // guarded by mutex_
   std::thread worker_;      // started on the first asynchronous enqueue

@@ -48,11 +48,6 @@ namespace {
 
 at::ScalarType scalar_type(int32_t code) { return static_cast<at::ScalarType>(code); }
 
-size_t storage_bytes(const neuron_rt::TensorSpec& spec) {
-  const size_t item = c10::elementSize(scalar_type(spec.dtype));
-  return at::detail::computeStorageNbytes(spec.sizes, spec.strides, item, spec.offset);
-}
-
 bool contiguous(const neuron_rt::TensorSpec& spec) {
   int64_t expected = 1;
   for (int64_t d = int64_t(spec.sizes.size()) - 1; d >= 0; --d) {
@@ -515,7 +510,10 @@ std::vector<at::Tensor> ProgramExecutor::run(const std::vector<at::Tensor>& inpu
       if (!t.device().is_cpu()) buffers.push_back(buffer_ref_of(t.storage()));
     }
     const c10::DeviceIndex device = device_;
-    NEURON_RT_CALL(stream.enqueue([self = shared_from_this(), state, buffers = std::move(buffers), device]() mutable {
+    const int threads = kernel_threads_setting();
+    NEURON_RT_CALL(stream.enqueue([self = shared_from_this(), state, buffers = std::move(buffers), device, &stream,
+                                   threads]() mutable {
+      use_kernel_threads(stream, threads);
       neuron_rt::GuardScope scope;
       for (auto& buffer : buffers) scope.add(buffer.get());
       try {

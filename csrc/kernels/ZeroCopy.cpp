@@ -3,7 +3,12 @@
 #include <ATen/core/List.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
+#include <ATen/Config.h>
+#include <ATen/Parallel.h>
 #include <torch/library.h>
+#if AT_PARALLEL_OPENMP
+#include <omp.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -817,17 +822,6 @@ torch::jit::Stack host_arguments(const OpPlan& plan, const c10::IValue* argument
   return args;
 }
 
-std::vector<at::Tensor> allocate_outputs(const MetaEntry& meta, c10::DeviceIndex device) {
-  std::vector<at::Tensor> outputs;
-  const auto options = at::TensorOptions().device(kNeuron, device);
-  for (const auto& metas : meta.outputs) {
-    for (const TensorMeta& t : metas) {
-      outputs.push_back(t.defined ? at::empty_strided(t.sizes, t.strides, options.dtype(t.dtype)) : at::Tensor());
-    }
-  }
-  return outputs;
-}
-
 // Note [Small ops on an idle stream]: the operands and the outputs the meta kernel gave.
 bool runs_inline_when_idle(const MetaEntry& meta, const c10::IValue* arguments, size_t count,
                            c10::DeviceIndex device) {
@@ -958,13 +952,24 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 // ---- queued work on host views ---------------------------------------------------------------
 
+int kernel_threads_setting() { return at::get_num_threads(); }
+
+void use_kernel_threads(const neuron_rt::Stream& stream, int threads) {  // Note [Kernel threads]
+#if AT_PARALLEL_OPENMP
+  omp_set_num_threads(stream.host_waiting() ? threads : std::max(1, threads - 1));  // this thread's own setting
+#endif
+}
+
 void enqueue_views(HostCall& call, std::function<void()> work) {
   std::vector<neuron_rt::BufferRef> buffers;
   for (auto& entry : call.views) buffers.push_back(buffer_ref_of(entry.second));
   // No redirect in a queued kernel: its outputs are preallocated (their memory lent to it),
   // and its scratch is host memory, so a queued kernel never needs device memory the
   // enqueuing thread may have taken meanwhile (it could not wait for it: Note [Buffers]).
-  NEURON_RT_CALL(current_stream(call.device).enqueue([work = std::move(work), buffers = std::move(buffers)]() mutable {
+  neuron_rt::Stream& stream = current_stream(call.device);
+  const int threads = kernel_threads_setting();
+  NEURON_RT_CALL(stream.enqueue([work = std::move(work), buffers = std::move(buffers), &stream, threads]() mutable {
+    use_kernel_threads(stream, threads);
     neuron_rt::GuardScope guard;
     for (auto& buffer : buffers) guard.add(buffer.get());
     try {

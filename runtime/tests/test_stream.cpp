@@ -334,3 +334,28 @@ TEST(Stream, AFailureFailsEveryStreamOfTheDevice) {
   }
   EXPECT_FALSE(ran);
 }
+
+TEST(StreamAsync, ATaskSeesWhetherTheHostWaitsForItsStream) {
+  // Note [Kernel threads] in csrc: a queued kernel takes the host's core only while the host
+  // is blocked waiting for the stream. The time blocked is counted.
+  Stream stream(0, 0, /*launch_blocking=*/false);
+  std::atomic<bool> release{false};
+  std::atomic<int> seen_waiting{-1}, seen_idle{-1};
+  stream.enqueue([&] { seen_idle = stream.host_waiting(); });
+  while (seen_idle == -1) std::this_thread::yield();  // the host polls: it never blocks in a wait
+  EXPECT_EQ(seen_idle.load(), 0);
+  stream.synchronize();
+  stream.enqueue([&] {
+    while (!release) std::this_thread::yield();
+  });
+  stream.enqueue([&] { seen_waiting = stream.host_waiting(); });
+  const uint64_t blocked_before = stream.host_wait_ns();
+  std::thread host([&] { stream.synchronize(); });
+  while (!stream.host_waiting()) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  release = true;
+  host.join();
+  EXPECT_EQ(seen_waiting.load(), 1);
+  EXPECT_FALSE(stream.host_waiting());
+  EXPECT_GE(stream.host_wait_ns() - blocked_before, uint64_t(20'000'000));
+}
