@@ -8,7 +8,8 @@ order on every rank; 06: a group freed (by DDP) after destroy_process_group does
 (04-06 come from the helpers that wrote the training and multi-host tests.) 07-11: the second review
 (review 9b): zero-copy after a peer failed, completed works pinning tensors, a failed rank's counter
 running ahead, a preposted irecv holding up collectives, the transport chosen by layout; 12: a
-PREMUL_SUM reduce_scatter of a transposed input."""
+PREMUL_SUM reduce_scatter of a transposed input; 13: memory a failed zero-copy call lent to a
+peer still writing into it is not given to a new tensor."""
 import pytest
 
 from conftest import review_repros, run_review_repro

@@ -139,6 +139,21 @@ at::Tensor movable(const at::Tensor& view) {
   return view.unsqueeze(-1).view(at::kByte);
 }
 
+// Note [Memory lent to peers]: in a zero-copy collective the peers read and write this rank's
+// tensors from their own processes. A call that failed here (abort(), a timeout, a peer's
+// failure) may leave a peer still inside it, writing into that memory until it notices the
+// failure. So the body of a failed zero-copy call, which holds the host views (and through
+// them the device buffers) it lent, is kept until the process exits: the memory is never
+// handed to another tensor. The group cannot be used after a fault, so this happens at most
+// a few times per group. (The tensors the caller holds stay undefined, as after any failed
+// collective: a peer may still write into them.)
+void keep_lent_memory(std::function<void(neuron_rt::ShmGroup&)> body) {
+  static std::mutex mutex;
+  static auto* kept = new std::vector<std::function<void(neuron_rt::ShmGroup&)>>();  // never freed
+  std::lock_guard<std::mutex> lock(mutex);
+  kept->push_back(std::move(body));
+}
+
 std::vector<at::Tensor> movable(std::vector<at::Tensor> views) {
   for (auto& view : views) view = movable(view);
   return views;
@@ -635,7 +650,7 @@ class Call {
                                                 std::move(finish_steps_));
     ProcessGroupNeuron& group = group_;
     const Clock::time_point deadline = deadline_;
-    group.enqueue_shared([&group, work, deadline, body = std::move(body)] {
+    group.enqueue_shared([&group, work, deadline, body = std::move(body)]() mutable {
       std::exception_ptr error;
       try {
         group.wait_transport_works();
@@ -648,6 +663,7 @@ class Call {
       } catch (...) {
         error = std::current_exception();
       }
+      if (error && group.shm()->zero_copy()) keep_lent_memory(std::move(body));
       work->transport_finished(error);
     });
     return issued(work);
