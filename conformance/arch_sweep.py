@@ -678,7 +678,11 @@ def write_compat(results, path, seconds=None, neuron=True, compiled=True):
         "(the model does not declare static-cache support)"
         + (", `not compiled` the compiled generate ran but nothing was compiled (the reason says why), "
            "`recompile limit` identical tokens and programs were compiled, but Dynamo recompiled the forward "
-           "(one program per decode step) until its `recompile_limit` and ran the later steps eagerly."
+           "(one program per decode step) until its `recompile_limit` and ran the later steps eagerly. "
+           "Those are the sliding-window caches: their Python int `cumulative_length_int` is guarded on, and "
+           "transformers compiles for neuron with `dynamic=False` (as the real package forces), so no automatic "
+           "dynamic; CPU Inductor with the same `CompileConfig(dynamic=False, mode=\"default\")` hits the same "
+           "limit (mistral, checked by hand), while transformers' CUDA default (`dynamic=None`) compiles 3 graphs."
            if compiled else "."),
         "",
     ]
