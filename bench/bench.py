@@ -8,6 +8,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -85,22 +86,34 @@ def decode_modes(dtype, tokens, calls):
     when the runtime starts), both loaded, then driven call by call, alternating A B B A, so drift
     of the machine's speed hits both alike; returns (tokens/s, host waits per token, seconds
     the host was blocked per token) per mode (medians) and the median of the ratios of neighbouring calls async/blocking."""
-    children = {}
+    children, logs = {}, {}
     for mode in ("0", "1"):
+        logs[mode] = tempfile.TemporaryFile("w+")
         children[mode] = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "decode_mode.py"), "--dtype", dtype, "--tokens", str(tokens)],
             env=dict(os.environ, NEURON_LAUNCH_BLOCKING=mode), stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            stdout=subprocess.PIPE, stderr=logs[mode], text=True)
+
+    def failed(mode, what):
+        children[mode].kill()
+        children[mode].wait()
+        logs[mode].seek(0)
+        return RuntimeError(f"decode_mode.py ({dtype}, NEURON_LAUNCH_BLOCKING={mode}) {what}; its stderr:\n"
+                            + logs[mode].read()[-3000:])
+
     try:
-        for child in children.values():
+        for mode, child in children.items():
             if child.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"decode_mode.py ({dtype}) failed to start")
+                raise failed(mode, "failed to start")
 
         def call(mode):
             child = children[mode]
             child.stdin.write("go\n")
             child.stdin.flush()
-            seconds, waits, blocked = child.stdout.readline().split()
+            answer = child.stdout.readline().split()
+            if len(answer) != 3:
+                raise failed(mode, "failed")
+            seconds, waits, blocked = answer
             return float(seconds), int(waits), float(blocked)
 
         results = {"0": [], "1": []}
@@ -112,9 +125,11 @@ def decode_modes(dtype, tokens, calls):
                 results[mode].append(value)
             ratios.append(got["1"][0] / got["0"][0])  # time blocking / time async = speed async / blocking
     finally:
-        for child in children.values():
-            child.stdin.close()
-            child.wait(timeout=60)
+        for mode, child in children.items():
+            if child.poll() is None:
+                child.stdin.close()
+                child.wait(timeout=60)
+            logs[mode].close()
     medians = {mode: (tokens / statistics.median(r[0] for r in runs),
                       statistics.median(r[1] for r in runs) / tokens,
                       statistics.median(r[2] for r in runs) / tokens)
@@ -146,7 +161,6 @@ def collectives(world):
 def tp_generate(tokens):
     """bench/tp_generate.py for tp 1 (no torchrun), 2 and 4: tokens/s and whether the tokens equal tp 1's."""
     import json
-    import tempfile
     with tempfile.TemporaryDirectory() as model:
         subprocess.run([sys.executable, os.path.join(HERE, "tp_generate.py"), model, "--make"], check=True,
                        capture_output=True)
@@ -166,7 +180,6 @@ def compiled_decode(size, tokens, rounds):
     compiled neuron with an empty program cache (cold) and again with that cache (warm start
     in a new process). Returns per mode the medians of (first-call s, steady tok/s)."""
     import json
-    import tempfile
     modes = ["cpu-eager", "neuron-eager", "cpu-inductor", "neuron-compiled-cold", "neuron-compiled-warm"]
     results = {m: [] for m in modes}
     tokens_of = {}

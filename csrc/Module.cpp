@@ -110,6 +110,7 @@ PYBIND11_MODULE(_C, m) {
     }
     return py::make_tuple(enqueued, waits);
   });
+  m.def("idle_poll_us", [] { return int64_t(runtime().stream(0, 0).idle_poll().count()); });  // Stream::kIdlePoll
   m.def("stream_wait_seconds", [] {  // time the host spent blocked in those waits, all streams
     auto& rt = runtime();
     uint64_t ns = 0;

@@ -36,12 +36,17 @@ void synchronize_stream(neuron_rt::Stream& stream);
 
 // Note [Kernel threads]: a queued kernel runs on the stream's worker thread, which shares the
 // machine's cores with the host thread (the simulated device has no cores of its own). While
-// the host runs Python, a kernel leaves it one core (`threads` - 1 intra-op threads, at least
-// one); while the host is blocked waiting for the stream, the kernel takes all `threads`.
-// `threads` is the enqueuing thread's setting (torch.set_num_threads), read at enqueue by
-// kernel_threads_setting(); use_kernel_threads() applies it on the worker, before the kernel.
-// Measured (make bench, asynchronous vs launch-blocking decode): with every queued kernel at
-// the full count, the worker's OpenMP team and the host thread took turns on 2 cores.
+// the host runs Python, a kernel leaves it one core (`threads` - 1 OpenMP threads, at least
+// one); while the host is blocked waiting for the stream (Stream::host_waiting()), the kernel
+// takes all `threads`. `threads` is the setting of the thread that queued the kernel
+// (torch.set_num_threads; for backward kernels, autograd's device thread), read at enqueue
+// by kernel_threads_setting(); use_kernel_threads() applies it on the worker before the
+// kernel. Limits (review 7c): decided when the kernel starts (one that starts a moment before
+// the host blocks keeps the smaller count); MKL's matmuls keep MKL's own per-thread setting;
+// a host blocked in Event.synchronize() does not count. Seen by hand (demo model, bf16
+// decode, 2 cores, 2 threads; single runs): the host blocked 0.85 ms per token with every
+// queued kernel at the full count (the worker's OpenMP team and the host took turns on the
+// cores) and 0.29 ms with this rule.
 int kernel_threads_setting();
 void use_kernel_threads(const neuron_rt::Stream& stream, int threads);
 

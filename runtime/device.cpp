@@ -1,5 +1,8 @@
 #include "device.h"
 
+#include <algorithm>
+#include <thread>
+
 #include <pthread.h>
 
 #include <cstdlib>
@@ -75,6 +78,13 @@ Runtime::Runtime() : topology_(Topology::from_environment()) {
                                         (job && !setting_is("NEURON_SIM_SHARED_MEMORY", "0"))
                                     ? MemoryBacking::kSharedFile
                                     : MemoryBacking::kAnonymous;
+  // Stream::kIdlePoll: polling needs a core per process beside its host thread.
+  const char* poll_setting = std::getenv("NEURON_SIM_IDLE_POLL_US");
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int processes = local_world ? std::max(1, std::atoi(local_world)) : 1;
+  const std::chrono::microseconds idle_poll =
+      poll_setting ? std::chrono::microseconds(std::max(0L, std::atol(poll_setting)))
+                   : (unsigned(2 * processes) <= cores ? Stream::kIdlePoll : Stream::kSharedCoresIdlePoll);
   if (int(topology_.visible.size()) > kMaxDevices) {
     throw Error(ErrorCode::kInvalidArgument, "more than 512 visible cores are not supported");
   }
@@ -84,6 +94,7 @@ Runtime::Runtime() : topology_(Topology::from_environment()) {
     auto failure = std::make_shared<FailureState>();  // Note [Sticky stream errors]: per device
     for (int id = 0; id <= kStreamPoolSize; ++id) {
       state->streams.push_back(std::make_unique<Stream>(int(index), id, launch_blocking_, failure));
+      state->streams.back()->set_idle_poll(idle_poll);
       streams.push_back(state->streams.back().get());
     }
     state->memory = std::make_unique<DeviceMemory>(int(index), topology_.visible[index].hbm_bytes, backing,

@@ -8,13 +8,16 @@ namespace neuron_rt {
 namespace {
 thread_local Stream* t_current_worker = nullptr;
 
-// How long an idle worker polls its queue before it sleeps: work enqueued within this time of
-// the last task is picked up without a wake-up (a system call on the enqueuing thread and a
-// context switch, several microseconds each, paid per op when the worker sleeps between ops).
-// Python between two ops of a forward, and between two decode steps, mostly takes less.
-// Measured with make bench (asynchronous vs launch-blocking decode): 70 us of polling left ~60
-// wake-ups per decode step; 0.7 ms and more removed most, and the asynchronous side gained ~5%.
-constexpr auto kIdlePoll = std::chrono::microseconds(1000);
+// Stream::kIdlePoll: how long an idle worker polls its queue before it sleeps. Work enqueued
+// within this time of the last task is picked up without a wake-up (a system call on the
+// enqueuing thread and a context switch, several microseconds each, paid per op when the
+// worker sleeps between ops); Python between two ops of a forward, and between two decode
+// steps, mostly takes less. Measured (make bench, asynchronous vs launch-blocking decode, one
+// process on 2 cores): ~70 us of polling left ~60 wake-ups per decode step; 1 ms removed
+// most, and the asynchronous side gained ~5-10%. Polling takes a core, though: with more
+// processes on the host than half its cores (torchrun ranks on 2 cores), a polling worker
+// takes the core another rank's host thread needs (tensor-parallel generate, 2 ranks on 2
+// cores: 0.7x), so Runtime then keeps kSharedCoresIdlePoll (NEURON_SIM_IDLE_POLL_US sets it).
 
 std::string describe(const std::exception_ptr& error) {
   try {
@@ -149,7 +152,8 @@ void Stream::worker_loop() {
   t_current_worker = this;
   uint64_t taken = 0;
   for (;;) {
-    const auto poll_until = std::chrono::steady_clock::now() + kIdlePoll;
+    const auto poll_until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(idle_poll_us_.load(std::memory_order_relaxed));
     for (unsigned spin = 1; enqueued_.load(std::memory_order_acquire) == taken; ++spin) {
       cpu_relax();
       if (spin % 64 == 0 && std::chrono::steady_clock::now() >= poll_until) break;

@@ -104,6 +104,12 @@ class Stream {
   int device() const { return device_; }
   int id() const { return id_; }
   bool launch_blocking() const { return launch_blocking_; }
+  // How long an idle worker polls its queue before it sleeps (Runtime sets it before any
+  // work; see stream.cpp, kIdlePoll).
+  void set_idle_poll(std::chrono::microseconds poll) { idle_poll_us_.store(poll.count(), std::memory_order_relaxed); }
+  std::chrono::microseconds idle_poll() const { return std::chrono::microseconds(idle_poll_us_.load(std::memory_order_relaxed)); }
+  static constexpr std::chrono::microseconds kIdlePoll{1000};
+  static constexpr std::chrono::microseconds kSharedCoresIdlePoll{70};
   // True on this stream's own worker thread.
   bool is_current_worker() const;
   // The stream whose worker is the calling thread, or nullptr.
@@ -125,6 +131,7 @@ class Stream {
   const int device_;
   const int id_;
   const bool launch_blocking_;
+  std::atomic<int64_t> idle_poll_us_{kIdlePoll.count()};
   mutable std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
