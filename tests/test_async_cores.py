@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -35,3 +37,20 @@ def test_bench_decode_modes_reports_a_failing_child():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert "decode_mode.py (no_such_dtype, NEURON_LAUNCH_BLOCKING=0) failed to start" in out.stdout, out.stderr[-2000:]
     assert "AttributeError" in out.stdout and "no_such_dtype" in out.stdout
+
+
+@pytest.mark.parametrize("mode", ["1", "0"])
+def test_the_callers_thread_setting_is_left_alone(mode):
+    """Note [Kernel threads] changes the stream worker's OpenMP setting only: in launch-blocking
+    mode the kernels run on the calling thread, whose torch.get_num_threads() must not drop."""
+    code = ("import torch, torch_neuronx\n"
+            "torch.set_num_threads(2)\n"
+            "x = torch.randn(256, 256, device='neuron')\n"
+            "for _ in range(5):\n    y = (x @ x).relu() + 1\n"
+            "torch.neuron.synchronize()\n"
+            "print(torch.get_num_threads())\n")
+    env = dict(os.environ, NEURON_LAUNCH_BLOCKING=mode)
+    env.pop("OMP_NUM_THREADS", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "2"

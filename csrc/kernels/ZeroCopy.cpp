@@ -955,6 +955,8 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 int kernel_threads_setting() { return at::get_num_threads(); }
 
 void use_kernel_threads(const neuron_rt::Stream& stream, int threads) {  // Note [Kernel threads]
+  // Launch-blocking mode runs the task on the calling thread: its own setting stays.
+  if (!stream.is_current_worker()) return;
 #if AT_PARALLEL_OPENMP
   omp_set_num_threads(stream.host_waiting() ? threads : std::max(1, threads - 1));  // this thread's own setting
 #endif
