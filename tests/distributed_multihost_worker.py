@@ -26,33 +26,13 @@ import os
 import socket
 import sys
 import time
-import traceback
 
 import torch
 import torch.distributed as dist
 
+from distributed_report import RESULTS, check, write
+
 NEURON = torch.device("neuron")
-RESULTS = {}
-
-
-def check(name):
-    """Decorator: runs the check now and records [passed, detail]."""
-    def run(function):
-        try:
-            detail = function()
-            RESULTS[name] = [True, detail if detail is not None else ""]
-        except Exception:  # noqa: BLE001 - the report carries it
-            RESULTS[name] = [False, traceback.format_exc(limit=8)]
-        return function
-    return run
-
-
-def write(out_dir):
-    rank = dist.get_rank() if dist.is_initialized() else int(os.environ["RANK"])
-    path = os.path.join(out_dir, f"rank{rank}.json")
-    with open(path + ".tmp", "w") as out:
-        json.dump(RESULTS, out, indent=1)
-    os.replace(path + ".tmp", path)
 
 
 def interface_bytes(name):

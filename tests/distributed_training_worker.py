@@ -19,21 +19,19 @@ the same computation on one device (the CPU, the same ATen kernels); no result i
 """
 import datetime
 import gc
-import json
 import math
 import os
 import sys
-import traceback
 
 import torch
 import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from distributed_report import RESULTS, check, write  # noqa: E402
 
 NEURON = torch.device("neuron")
 CPU = torch.device("cpu")
-RESULTS = {}
 
 STEPS = 20
 GLOBAL_BATCH = 4  # sequences per step over all ranks
@@ -41,18 +39,6 @@ SEQ = 16
 LR = 3e-3
 # The DDP gradient buckets: small, so that a step reduces several buckets (ordering, hooks).
 BUCKET_CAP_MB = 0.1
-
-
-def check(name):
-    """Decorator: runs the check now and records [passed, detail]."""
-    def run(function):
-        try:
-            detail = function()
-            RESULTS[name] = [True, detail if detail is not None else ""]
-        except Exception:  # noqa: BLE001 - the report carries it
-            RESULTS[name] = [False, traceback.format_exc(limit=8)]
-        return function
-    return run
 
 
 def finish(out_dir, *holders):
@@ -65,12 +51,6 @@ def finish(out_dir, *holders):
         holder.clear()
     gc.collect()
     dist.destroy_process_group()
-
-
-def write(out_dir):
-    rank = dist.get_rank() if dist.is_initialized() else int(os.environ["RANK"])
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as out:
-        json.dump(RESULTS, out, indent=1)
 
 
 # ---- the model, the data, one device's training -----------------------------------------------

@@ -25,6 +25,8 @@ import time
 import pytest
 import torch
 
+from test_distributed import assert_reports_pass
+
 # minutes of 2-rank launches: `make test-distributed` runs them, `make test` does not
 pytestmark = pytest.mark.distributed_extra
 
@@ -215,11 +217,8 @@ def reports(two_hosts, expected_tokens, tmp_path_factory):
 
 
 def assert_checks(reports, *prefixes):
-    names = [name for name in reports[0] if name.startswith(prefixes)]
-    assert names, f"no check starts with {prefixes}"
-    failures = [f"rank {rank}: {name}\n{report.get(name, [False, 'not run'])[1]}"
-                for rank, report in enumerate(reports) for name in names if not report.get(name, [False])[0]]
-    assert not failures, "\n".join(failures)
+    """As assert_reports_pass; returns each rank's details of those checks."""
+    names = assert_reports_pass(reports, *prefixes)
     return [[report[name][1] for name in names] for report in reports]
 
 

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from test_distributed import clean_env, free_port, results
+from test_distributed import assert_reports_pass as assert_checks, clean_env, free_port, results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "distributed_training_worker.py")
@@ -44,17 +44,6 @@ def torchrun(scenario, out_dir, nproc=2, env=None, timeout=240):
     assert result.returncode == 0, f"torchrun {scenario} failed ({result.returncode}):\n{result.stdout[-3000:]}\n" \
                                    f"{result.stderr[-6000:]}"
     return [results(out_dir, rank) for rank in range(nproc)]
-
-
-def assert_checks(reports, *prefixes):
-    """Asserts that every rank passed every check whose name starts with one of `prefixes`;
-    returns those names."""
-    names = [name for name in reports[0] if name.startswith(prefixes)]
-    assert names, f"no check starts with {prefixes}"
-    failures = [f"rank {rank}: {name}\n{report.get(name, [False, 'not run'])[1]}"
-                for rank, report in enumerate(reports) for name in names if not report.get(name, [False])[0]]
-    assert not failures, "\n".join(failures)
-    return names
 
 
 def assert_every_check_asserted(reports, asserted):
