@@ -99,25 +99,21 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release release;
     NEURON_RT_CALL(runtime().synchronize(device));
   });
-  m.def("stream_counters", [] {  // (tasks enqueued, host waits that blocked), all streams
+  // A counter of every stream of every device, summed.
+  static const auto all_streams = [](uint64_t (neuron_rt::Stream::*counter)() const) {
     auto& rt = runtime();
-    uint64_t enqueued = 0, waits = 0;
+    uint64_t total = 0;
     for (int d = 0; d < rt.device_count(); ++d) {
-      for (int id = 0; id <= neuron_rt::kStreamPoolSize; ++id) {
-        enqueued += rt.stream(d, id).enqueued();
-        waits += rt.stream(d, id).host_waits();
-      }
+      for (int id = 0; id <= neuron_rt::kStreamPoolSize; ++id) total += (rt.stream(d, id).*counter)();
     }
-    return py::make_tuple(enqueued, waits);
+    return total;
+  };
+  m.def("stream_counters", [] {  // (tasks enqueued, host waits that blocked), all streams
+    return py::make_tuple(all_streams(&neuron_rt::Stream::enqueued), all_streams(&neuron_rt::Stream::host_waits));
   });
   m.def("idle_poll_us", [] { return int64_t(runtime().stream(0, 0).idle_poll().count()); });  // Stream::kIdlePoll
   m.def("stream_wait_seconds", [] {  // time the host spent blocked in those waits, all streams
-    auto& rt = runtime();
-    uint64_t ns = 0;
-    for (int d = 0; d < rt.device_count(); ++d) {
-      for (int id = 0; id <= neuron_rt::kStreamPoolSize; ++id) ns += rt.stream(d, id).host_wait_ns();
-    }
-    return double(ns) * 1e-9;
+    return double(all_streams(&neuron_rt::Stream::host_wait_ns)) * 1e-9;
   });
   m.def("memory_guard", [] { return runtime().memory_guard(); });
   // Note [64-bit as 32-bit], for the compiler's pass: the rule of one op.
