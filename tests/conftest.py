@@ -44,9 +44,11 @@ def neuron():
 @pytest.fixture
 def fresh_dynamo(tmp_path, monkeypatch):
     """A compile test's clean slate: Dynamo reset, no dynamo metrics or counters, its own
-    program cache folder (test_compile*.py use it for every test)."""
+    program cache folder and its own AOTAutograd cache folder (test_compile*.py use it for every
+    test)."""
     from torch._dynamo.utils import counters
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff_cache"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor_cache"))
     torch._dynamo.reset()
     torch_neuronx.reset_dynamo_metrics()
     counters.clear()

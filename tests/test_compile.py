@@ -302,3 +302,102 @@ def test_preserved_compilation_artifacts(tmp_path):
     for folder, suffix in (("fx_graphs", ".fx.txt"), ("neff", ".neff"), ("program", ".json")):
         files = os.listdir(tmp_path / "debug" / folder / "proc_0")
         assert files and all(f.endswith(suffix) for f in files), (folder, files)
+
+
+# ---- Note [Caching past AOTAutograd]: a warm start skips AOTAutograd's tracing -------------------
+
+WARM_SCRIPT = r"""
+import json, os, torch, torch_neuronx
+from torch._dynamo.utils import counters
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                            torch.nn.Linear(32, 4)).to("neuron")
+x = torch.randn(4, 16).to("neuron")
+compiled = torch.compile(model, backend="neuron", options=dict(json.loads(os.environ.get("OPTIONS", "{}"))))
+with torch.no_grad():
+    inference = compiled(x)
+loss = compiled(x).square().mean()
+loss.backward()
+expected = model.cpu()(x.cpu())
+torch.testing.assert_close(inference.cpu(), expected.detach())
+print(json.dumps({"aot": dict(counters["aot_autograd"]),
+                  "hits": [r.cache_hit for r in torch_neuronx.get_dynamo_metrics()],
+                  "inference": inference.cpu().tolist(), "loss": loss.item(),
+                  "grads": [p.grad.cpu().sum().item() for p in model.parameters()]}))
+"""
+
+
+def warm_run(tmp_path, **env):
+    import json
+    full = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
+    full.update(env)
+    result = run_python(WARM_SCRIPT, full)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def aot_entries(tmp_path):
+    folder = tmp_path / "ind" / "aotautograd"
+    return sorted(os.listdir(folder)) if folder.exists() else []
+
+
+def test_a_warm_start_takes_inference_and_training_graphs_from_aotautograds_cache(tmp_path):
+    cold = warm_run(tmp_path)
+    assert cold["aot"].get("autograd_cache_hit", 0) == 0 and cold["aot"].get("autograd_cache_saved", 0) == 2, cold
+    assert aot_entries(tmp_path) and all(e.startswith("aneuron") for e in aot_entries(tmp_path))
+    warm = warm_run(tmp_path)
+    assert warm["aot"].get("autograd_cache_hit", 0) == 2, warm  # no AOTAutograd tracing this time
+    assert warm["hits"] and all(warm["hits"]), warm  # three programs (inference, forward, backward) loaded
+    for field in ("inference", "loss", "grads"):
+        assert warm[field] == cold[field], field  # the same programs ran
+
+
+def test_an_aotautograd_entry_whose_program_is_gone_compiles_again(tmp_path):
+    import shutil
+    warm_run(tmp_path)
+    shutil.rmtree(tmp_path / "neff")
+    again = warm_run(tmp_path)
+    assert again["aot"].get("autograd_cache_hit", 0) == 0 and not any(again["hits"]), again
+    assert warm_run(tmp_path)["aot"].get("autograd_cache_hit", 0) == 2  # programs are back: hits again
+
+
+def test_no_aotautograd_entry_without_the_program_cache_or_with_fallback_execution(tmp_path):
+    warm_run(tmp_path, TORCH_NEURONX_DISABLE_NEFF_CACHE="1")
+    assert aot_entries(tmp_path) == []
+    warm_run(tmp_path, OPTIONS='{"fallback_execution": true}')  # its graphs keep an eager fallback
+    assert aot_entries(tmp_path) == []
+
+
+def test_inputs_that_share_storage_do_not_reuse_a_graph_compiled_for_separate_ones():
+    def f(a, b):
+        a.add_(1)
+        return a * b
+
+    base = torch.arange(8.0, device=NEURON)
+    compiled = torch.compile(f, backend="neuron")
+    a, b = torch.ones(4, device=NEURON), torch.full((4,), 2.0, device=NEURON)
+    torch.testing.assert_close(compiled(a, b).cpu(), torch.full((4,), 4.0))
+    torch._dynamo.reset()  # a new compile of f: AOTAutograd's cache is asked again
+    view_a, view_b = base[:4], base[:4].view(4)
+    expected_base = torch.arange(8.0)
+    expected = f(expected_base[:4], expected_base[:4].view(4))
+    torch.testing.assert_close(compiled(view_a, view_b).cpu(), expected)
+    torch.testing.assert_close(base.cpu(), expected_base)
+
+
+def test_the_aotautograd_key_covers_grad_mode_and_shared_storage():
+    import types
+    from torch_neuron_sim.compile import cache
+    gm = torch.fx.symbolic_trace(lambda a, b: a + b)
+    config = types.SimpleNamespace(num_params_buffers=0, keep_inference_input_mutations=True, is_export=False,
+                                   no_tangents=False, dynamic_shapes=False, pre_dispatch=False)
+    x, y = torch.ones(4), torch.ones(4)
+    base = torch.ones(8)
+    key = cache.dynamo_graph_key(gm, [x, y], config)
+    assert key == cache.dynamo_graph_key(gm, [torch.zeros(4), torch.zeros(4)], config)  # values do not matter
+    assert key != cache.dynamo_graph_key(gm, [base[:4], base[4:]], config)
+    with torch.no_grad():
+        assert key != cache.dynamo_graph_key(gm, [x, y], config)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert key != cache.dynamo_graph_key(gm, [x, y], config)
+    assert key != cache.dynamo_graph_key(gm, [x, y.to(torch.float64)], config)

@@ -8,18 +8,27 @@ used); options={"model_name": ...} names the graphs; a compile failure raises un
 TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 or options={"fallback_execution": True}, which
 run the graph eagerly with a warning naming why. Programs are cached in memory and on disk
 (cache.py); every compiled graph leaves a record for get_dynamo_metrics()."""
+import contextlib
+import dataclasses
 import functools
 import json
 import itertools
 import logging
 import os
+import threading
 import time
+import unittest.mock
 import warnings
+from typing import Any
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.utils import counters
+from torch._functorch._aot_autograd import autograd_cache
+from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
 from torch._functorch.aot_autograd import make_boxed_func
+from torch._inductor.output_code import OutputCode
 
 from .. import _C
 from .. import dynamo_metrics
@@ -27,6 +36,29 @@ from . import cache, debug, passes
 from .lowering import lower
 
 log = logging.getLogger("torch_neuronx")
+
+# Note [Caching past AOTAutograd]
+# A warm start (a new process whose program cache is filled) used to trace the graph again
+# through Dynamo and AOTAutograd and then find the program by its key: on the small decode
+# benchmark AOTAutograd was about a third of that first call. AOTAutograd keeps its own cache
+# of what it made of a Dynamo graph (runtime wrappers, input mutations, output aliasing, the
+# forward/backward split) when the compilers return an OutputCode that it can store. Ours,
+# NeuronProgramCode, stores the program's key and output layout; the program stays in our
+# checked program cache and is loaded in post_compile. If it is gone or damaged there, the
+# entry is bypassed and the graph compiles again. Two departures from AOTAutograd's defaults,
+# both only while our backend compiles:
+# - the key is cache.dynamo_graph_key, not AOTAutograd's own key function: that one imports
+#   all of Inductor's code generators and hashes torch's sources (about 1.5 s per process,
+#   more than the warm start saves). Ours covers what AOTAutograd's covers for such a graph
+#   (graph and subgraph code, input metadata, which inputs share storage, constants, grad
+#   mode, autocast, deterministic algorithms, AOTAutograd's config) plus our compiler's
+#   identity; AOTAutograd's check_cacheable still rejects graphs that call Python functions.
+# - the backward graph compiles together with the forward one
+#   (force_non_lazy_backward_lowering), so that the entry is saved with both.
+# The entries live in AOTAutograd's folder (TORCHINDUCTOR_CACHE_DIR, key prefix "aneuron").
+# Not cached there: graphs compiled with fallback execution (they keep an eager fallback) and
+# everything when TORCH_NEURONX_DISABLE_NEFF_CACHE=1. What remains of a warm start is Dynamo's
+# own tracing and guards, which only Dynamo's precompile could skip.
 
 _DEFAULT_MODEL_NAME = "model_default"
 _model_name = _DEFAULT_MODEL_NAME
@@ -121,15 +153,23 @@ def _note_recompile(reason):
     return reason
 
 
-class _Compiled:
-    """A compiled graph: runs its program on the inputs (boxed calling convention)."""
-    _boxed_call = True
+@dataclasses.dataclass
+class NeuronProgramCode(OutputCode):
+    """A compiled graph: runs its program on the inputs (boxed calling convention).
 
-    def __init__(self, program, layout, name, fallback_gm):
-        self.program = program
-        self.layout = layout
-        self.name = name
-        self.fallback_gm = fallback_gm
+    It is an OutputCode so that AOTAutograd's own cache can keep it (Note [Caching past
+    AOTAutograd]): what that cache stores is the program's key and output layout, never the
+    program itself, which stays in our program cache with its checks."""
+    key: str = ""
+    name: str = ""
+    graph_type: str = ""
+    layout: list = dataclasses.field(default_factory=list)
+    device: int = 0
+    nodes: int = 0
+    program: Any = dataclasses.field(default=None, repr=False, compare=False)
+    fallback_gm: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    _boxed_call = True
 
     def __call__(self, *given):
         # Boxed (one list, which is cleared) as AOTAutograd calls it, or unboxed: the lazily
@@ -149,6 +189,81 @@ class _Compiled:
         if boxed:
             args.clear()
         return [results[position] if kind == "value" else position for kind, position in self.layout]
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["program"] = None  # a loaded program belongs to this process
+        state["fallback_gm"] = None
+        return state
+
+    def prepare_for_serialization(self):
+        if self.fallback_gm is not None:
+            raise BypassAOTAutogradCache("a graph compiled with fallback execution is not cached")
+        try:
+            json.dumps(self.layout)
+        except TypeError as error:
+            raise BypassAOTAutogradCache(f"graph {self.name} has an output that is not plain data") from error
+        self.program = None
+
+    def post_compile(self, example_inputs, constants, graph_kwargs):
+        """Loads the program after AOTAutograd's cache gave this entry back (a warm start)."""
+        if self.program is not None:
+            return
+        started = time.perf_counter_ns()
+        found = cache.lookup(self.key)
+        if found is None:  # AOTAutograd's cache then compiles the graph again
+            raise BypassAOTAutogradCache(f"program {self.key} of graph {self.name} is not in the program cache "
+                                         f"({cache.directory()})")
+        payload, _, _ = found
+        context = _active.context
+        if context is not None:
+            self.name = _graph_name(context, self.graph_type)
+        self.program = _C.Program(payload, self.device)
+        _record_compiled(self, context, payload, started, fx_passes_us=0, lower_us=0, cache_hit=True,
+                         compile_us=(time.perf_counter_ns() - started) // 1000)
+
+    def set_triton_bundle(self, triton_bundle):
+        pass
+
+
+def _aot_cache_key(mod, example_inputs, aot_config, compiler_config_extra=None):
+    """AOTAutograd's cache key function while our backend compiles (Note [Caching past AOTAutograd])."""
+    gm = mod.gm if isinstance(mod, torch._dynamo.utils.GmWrapper) else mod
+    return cache.dynamo_graph_key(gm, example_inputs, aot_config), []
+
+
+class _Active(threading.local):
+    context = None
+
+
+_active = _Active()
+
+
+@contextlib.contextmanager
+def _compiling(context):
+    previous, _active.context = _active.context, context
+    try:
+        yield
+    finally:
+        _active.context = previous
+
+
+def _graph_name(context, graph_type):
+    return f"{context['model_name']}_{context['aot_id']}_{graph_type}_{_nth_of(context, graph_type)}"
+
+
+def _record_compiled(code, context, payload, started, *, fx_passes_us, lower_us, compile_us, cache_hit):
+    _C.metrics_record("CompilationCache.CompilationTime", (time.perf_counter_ns() - started) / 1e9)
+    _C.metrics_record("CompilationCache.NeffSize", float(len(payload)))
+    counters["neuron"]["compiled_graphs"] += 1
+    dynamo_metrics.record(dynamo_metrics.NeuronCompilationMetrics(
+        graph_id=code.key, graph_name=code.name,
+        model_name=context["model_name"] if context else get_model_name(), has_collectives=False,
+        graph_node_count=int(code.nodes), timestamp=context["timestamp"] if context else f"{time.time():.6f}",
+        torch_neuronx_fx_passes_us=int(fx_passes_us), torch_neuronx_lower_us=int(lower_us),
+        torch_neuronx_compile_us=int(compile_us),
+        recompile_reason=context.get("recompile_reason") if context else None, cache_hit=cache_hit))
+    log.info("[NEFF_CACHE] Cache %s for key: %s (%s)", "HIT" if cache_hit else "MISS", code.key, code.name)
 
 
 def _compile_graph(gm, example_inputs, *, context, graph_type):
@@ -171,7 +286,7 @@ def _compile_graph(gm, example_inputs, *, context, graph_type):
 
 
 def _compile_graph_now(gm, example_inputs, *, context, graph_type):
-    name = f"{context['model_name']}_{context['aot_id']}_{graph_type}_{_nth_of(context, graph_type)}"
+    name = _graph_name(context, graph_type)
     started = time.perf_counter_ns()
     device = context["device"]
     key = cache.key_for(gm, example_inputs, graph_type)
@@ -195,20 +310,13 @@ def _compile_graph_now(gm, example_inputs, *, context, graph_type):
             cache.store(key, payload, layout, stats)
         _C.metrics_increment("CompilationCache.TotalCompilations", 1)
     loaded = time.perf_counter_ns()
-    program = _C.Program(payload, device)
-    compile_us = (time.perf_counter_ns() - loaded) // 1000
-    _C.metrics_record("CompilationCache.CompilationTime", (time.perf_counter_ns() - started) / 1e9)
-    _C.metrics_record("CompilationCache.NeffSize", float(len(payload)))
-    counters["neuron"]["compiled_graphs"] += 1
-    dynamo_metrics.record(dynamo_metrics.NeuronCompilationMetrics(
-        graph_id=key, graph_name=name, model_name=context["model_name"], has_collectives=False,
-        graph_node_count=int(stats.get("nodes", 0)), timestamp=context["timestamp"],
-        torch_neuronx_fx_passes_us=int(fx_passes_us), torch_neuronx_lower_us=int(lower_us),
-        torch_neuronx_compile_us=int(compile_us), recompile_reason=context.get("recompile_reason"),
-        cache_hit=found is not None))
+    code = NeuronProgramCode(key=key, name=name, graph_type=graph_type, layout=layout, device=device,
+                             nodes=int(stats.get("nodes", 0)), program=_C.Program(payload, device),
+                             fallback_gm=gm if context["fallback"] else None)
+    _record_compiled(code, context, payload, started, fx_passes_us=fx_passes_us, lower_us=lower_us,
+                     compile_us=(time.perf_counter_ns() - loaded) // 1000, cache_hit=found is not None)
     debug.preserve(name, gm, payload)
-    log.info("[NEFF_CACHE] Cache %s for key: %s (%s)", "HIT" if found is not None else "MISS", key, name)
-    return _Compiled(program, layout, name, gm if context["fallback"] else None)
+    return code
 
 
 def _nth_of(context, graph_type):
@@ -251,15 +359,33 @@ def neuron_backend(gm, example_inputs, *, options=None, mode=None):
     }
     if device is None:
         return _eager_with_warning(gm, "no input of the graph is on the neuron device; it runs as traced")
+    compilers = {graph_type: functools.partial(_compile_graph, context=context, graph_type=graph_type)
+                 for graph_type in ("forward", "backward", "inference")}
+    # Note [Caching past AOTAutograd]: unless programs are not cached or a failure may run a graph
+    # eagerly, the compilers return a NeuronProgramCode that AOTAutograd's bundled cache keeps.
+    cached = not fallback and not cache.disabled()
+    if cached:
+        compilers = {graph_type: SerializableAOTDispatchCompiler(NeuronProgramCode, compiler)
+                     for graph_type, compiler in compilers.items()}
     try:
         compiler = aot_autograd(
-            fw_compiler=functools.partial(_compile_graph, context=context, graph_type="forward"),
-            bw_compiler=functools.partial(_compile_graph, context=context, graph_type="backward"),
-            inference_compiler=functools.partial(_compile_graph, context=context, graph_type="inference"),
+            fw_compiler=compilers["forward"],
+            bw_compiler=compilers["backward"],
+            inference_compiler=compilers["inference"],
             decompositions=_decompositions(),
             keep_inference_input_mutations=True,
         )
-        return compiler(gm, example_inputs)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_compiling(context))
+            if cached:
+                # The backward graph compiles with the forward one, under this context, so that
+                # AOTAutograd's cache keeps both (a lazily compiled backward is never saved).
+                stack.enter_context(torch._functorch.config.patch(bundled_autograd_cache=True,
+                                                                  force_non_lazy_backward_lowering=True))
+                stack.enter_context(unittest.mock.patch.object(autograd_cache, "autograd_cache_key", _aot_cache_key))
+            else:
+                stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+            return compiler(gm, example_inputs)
     except Exception as error:  # noqa: BLE001
         if isinstance(error, RuntimeError) and str(error).startswith("Dynamic shapes detected"):
             raise

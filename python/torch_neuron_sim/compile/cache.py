@@ -24,7 +24,7 @@ COMPILER_VERSION = "torch-neuron-sim-compiler-2"
 _cache = None
 
 
-def _disabled():
+def disabled():
     return (os.environ.get("TORCH_NEURONX_DISABLE_NEFF_CACHE", "").strip().lower() in ("1", "true", "yes")
             or os.environ.get("TORCH_NEURONX_NEFF_DISABLE_CACHE", "") == "1")
 
@@ -50,12 +50,24 @@ def _tensor_key(t):
     return f"{t.dtype}|{tuple(t.shape)}|{t.stride()}|{t.storage_offset()}|{t.device.type}|{t.requires_grad}"
 
 
-def key_for(gm, example_inputs, graph_type):
-    digest = hashlib.sha256()
+def identity():
+    """What, besides the graph and its inputs, determines a program: the compiler's version and
+    settings, torch's version, the platform and logical core configuration, the 64-bit setting."""
     platform, chips, lnc, cores = _C.topology()
     from . import fusion
-    for part in (COMPILER_VERSION, f"fusion={fusion.enabled()}", torch.__version__, graph_type, platform, str(lnc),
-                 str(_C.computes_64bit_as_32bit()), gm.code):
+    return "|".join((COMPILER_VERSION, f"fusion={fusion.enabled()}", torch.__version__, platform, str(lnc),
+                     str(_C.computes_64bit_as_32bit())))
+
+
+def _graph_code(gm):
+    """The code of a graph and of the graphs it calls (higher-order operators' bodies)."""
+    return "\0".join(f"{name}:{module.code}" for name, module in gm.named_modules()
+                      if isinstance(module, torch.fx.GraphModule))
+
+
+def key_for(gm, example_inputs, graph_type):
+    digest = hashlib.sha256()
+    for part in (identity(), graph_type, _graph_code(gm)):
         digest.update(part.encode())
         digest.update(b"\0")
     for node in gm.graph.nodes:
@@ -63,18 +75,56 @@ def key_for(gm, example_inputs, graph_type):
             val = node.meta.get("val")
             digest.update((_tensor_key(val) if isinstance(val, torch.Tensor) else repr(val)).encode())
         elif node.op == "get_attr":
-            attribute = getattr(gm, node.target)
-            if isinstance(attribute, torch.Tensor):
-                digest.update(_tensor_key(attribute).encode())
-                with torch._subclasses.fake_tensor.unset_fake_temporarily():
-                    data = attribute.detach().cpu().contiguous().reshape(-1)
-                    digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+            _digest_constant(digest, getattr(gm, node.target))
     return digest.hexdigest()[:32]
+
+
+def _digest_constant(digest, attribute):
+    if isinstance(attribute, torch.Tensor):
+        digest.update(_tensor_key(attribute).encode())
+        with torch._subclasses.fake_tensor.unset_fake_temporarily():
+            data = attribute.detach().cpu().contiguous().reshape(-1)
+            digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+
+
+def dynamo_graph_key(gm, example_inputs, aot_config):
+    """Note [Caching past AOTAutograd]: the key under which AOTAutograd's cache keeps what it made
+    of a Dynamo graph for our backend. It covers what AOTAutograd's own key covers for such a
+    graph (the graph and the graphs it calls, its inputs' metadata and which of them share
+    storage, its constants, grad mode, autocast, deterministic algorithms, AOTAutograd's config)
+    plus our compiler's identity. AOTAutograd's own key function is not used: it loads all of
+    Inductor's code generators and hashes torch's sources (about 1.5 s per process), more than a
+    warm start saves."""
+    from torch._functorch._aot_autograd.autograd_cache import check_cacheable
+    check_cacheable(gm)  # only graphs of torch operators: a Python function's body is not in the key
+    digest = hashlib.sha256()
+    autocast = [(device, str(torch.get_autocast_dtype(device))) for device in torch._C._autocast_supported_devices()
+                if torch.is_autocast_enabled(device)]
+    for part in (identity(), "aot", _graph_code(gm), str(torch.is_grad_enabled()), repr(autocast),
+                 str(torch.are_deterministic_algorithms_enabled()), repr(aot_config.num_params_buffers),
+                 repr(aot_config.keep_inference_input_mutations), repr(aot_config.is_export),
+                 repr(aot_config.no_tangents), repr(aot_config.dynamic_shapes), repr(aot_config.pre_dispatch)):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    digest.update(torch._functorch.config.save_config())
+    storages = {}
+    for index, value in enumerate(example_inputs):
+        if isinstance(value, torch.Tensor):
+            storage = torch.multiprocessing.reductions.StorageWeakRef(value.untyped_storage())
+            shares = storages.setdefault(storage.cdata, index)
+            digest.update(f"{_tensor_key(value)}|leaf={value.is_leaf}|storage={shares}".encode())
+        else:
+            digest.update(repr(value).encode())
+        digest.update(b"\0")
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            _digest_constant(digest, getattr(gm, node.target))
+    return "aneuron" + digest.hexdigest()[:40]
 
 
 def lookup(key):
     """(payload, output layout, stats) of a cached program, or None."""
-    if _disabled():
+    if disabled():
         return None
     found = program_cache().get(key)
     if found is None:
@@ -86,7 +136,7 @@ def lookup(key):
 
 
 def store(key, payload, layout, stats):
-    if _disabled():
+    if disabled():
         return
     program_cache().put(key, payload)
     _record_artifact(key, payload)
