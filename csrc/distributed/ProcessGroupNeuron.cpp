@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 #include <c10/util/accumulate.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -359,16 +360,18 @@ class CompletionThreads {
 // Note [ProcessGroupNeuron]: the Work of one collective.
 class NeuronWork final : public c10d::Work {
  public:
+  // `devices`: the future's (Note [Stream-ordered collectives]); none for point-to-point works,
+  // whose futures complete when the transfer ends.
   NeuronWork(std::string what, int rank, c10d::OpType type, Clock::time_point deadline, Milliseconds limit,
              c10::IValue value, std::vector<at::Tensor> outputs, c10::intrusive_ptr<c10d::Work> transport_work,
-             std::vector<std::function<void()>> finish_steps)
+             std::vector<std::function<void()>> finish_steps, std::vector<c10::Device> devices = {})
       : c10d::Work(rank, type),
         what_(std::move(what)),
         deadline_(deadline),
         limit_(limit),
         value_(std::move(value)),
         outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(value_.type())),
+        future_(c10::make_intrusive<c10::ivalue::Future>(value_.type(), std::move(devices))),
         transport_work_(std::move(transport_work)),
         finish_steps_(std::move(finish_steps)) {}
 
@@ -476,7 +479,7 @@ class NeuronWork final : public c10d::Work {
   }
 
  public:
-  // What the device stream waits on (Note [Stream-ordered collectives]): not the Work, whose
+  // What the communication stream waits on (Note [Stream-ordered collectives]): not the Work, whose
   // tensors a stream task must not hold (dropping the last reference to a Python-owned tensor
   // on the stream's thread takes the GIL, which a host wait may hold).
   struct Signal {
@@ -508,8 +511,8 @@ class NeuronWork final : public c10d::Work {
   }
 
  public:
-  // Note [Stream-ordered collectives]: the device's current stream waits here for the Work
-  // (until its deadline); never throws: a failed or timed-out collective does not fail the
+  // Note [Stream-ordered collectives]: the communication stream's task, past the Work's
+  // deadline: times the Work out; never throws: a failed or timed-out collective does not fail the
   // device, its Work carries the error.
   void wait_on_stream() {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -647,7 +650,7 @@ class Call {
     ready();
     auto work = c10::make_intrusive<NeuronWork>(group_.describe(name_), group_.getRank(), type_, deadline_, limit_,
                                                 std::move(value), std::move(outputs), nullptr,
-                                                std::move(finish_steps_));
+                                                std::move(finish_steps_), future_devices());
     ProcessGroupNeuron& group = group_;
     const Clock::time_point deadline = deadline_;
     group.enqueue_shared([&group, work, deadline, body = std::move(body)]() mutable {
@@ -685,9 +688,10 @@ class Call {
     // with a future (whose callback runs on the transport's thread) may have them.
     TORCH_INTERNAL_ASSERT(transport_future || finish_steps_.empty(), name_, ": finishing steps on a transport work "
                           "without a future would race with the next collective");
-    auto work = c10::make_intrusive<NeuronWork>(group_.describe(name_), group_.getRank(), type_, deadline_, limit_,
-                                                std::move(value), std::move(outputs), transport_work,
-                                                std::move(finish_steps_));
+    auto work = c10::make_intrusive<NeuronWork>(
+        group_.describe(name_), group_.getRank(), type_, deadline_, limit_, std::move(value), std::move(outputs),
+        transport_work, std::move(finish_steps_),
+        transport_future ? future_devices() : std::vector<c10::Device>{});
     if (transport_future) {
       group_.note_transport_work(work);  // not send/recv: a preposted recv must not hold up collectives
       // Runs on the transport's thread (or here, when it has already finished), so the
@@ -707,20 +711,28 @@ class Call {
     return issued(work);
   }
 
-  // Note [Stream-ordered collectives]: the device's current stream waits for the collective
-  // (a task: in launch-blocking mode it runs here, so the call returns once the collective
-  // ended, as with CUDA_LAUNCH_BLOCKING=1), then the future completes.
+  // Note [Stream-ordered collectives]: the group's communication stream waits for the
+  // collective (a task: in launch-blocking mode it runs here, so the call returns once the
+  // collective ended, as with CUDA_LAUNCH_BLOCKING=1), then the future completes with its
+  // events recorded on that stream. As ProcessGroupNCCL: the current stream does not wait for
+  // the collective; wait() does, and so does whoever uses the future (its value, then(),
+  // wait()), through those events. So a later collective of another group, whose issue waits
+  // for the current stream, does not wait for this one: ranks may issue the asynchronous
+  // collectives of different groups in different orders (c10d asks one order per group).
   c10::intrusive_ptr<c10d::Work> issued(const c10::intrusive_ptr<NeuronWork>& work) {
     group_.track(work);  // before it may block here: abort() from another thread ends it
     // Waits until the Work completed or its deadline (and a moment for the transport's own
     // error) passed; never fails the stream: the Work carries the error.
     const Clock::time_point until = deadline_ + Milliseconds(500);
-    NEURON_RT_CALL(current_stream(device_ >= 0 ? device_ : group_.device())
+    const c10::Stream comm = group_.comm_stream(device());
+    NEURON_RT_CALL(neuron_rt::Runtime::get()
+                       .stream(comm.device_index(), static_cast<int>(comm.id()))
                        .enqueue([signal = work->signal(), until] {
                          std::unique_lock<std::mutex> lock(signal->mutex);
                          signal->done_cv.wait_until(lock, until, [&] { return signal->done; });
                        }));
     if (!work->isCompleted() && Clock::now() >= until) work->wait_on_stream();  // past its deadline: time it out
+    c10::StreamGuard on_comm(comm);  // the future records its events on the communication stream
     work->complete_future_at_issue();
     return work;
   }
@@ -730,6 +742,9 @@ class Call {
   }
 
  private:
+  c10::DeviceIndex device() const { return device_ >= 0 ? device_ : group_.device(); }
+  std::vector<c10::Device> future_devices() const { return {c10::Device(kNeuron, device())}; }
+
   ProcessGroupNeuron& group_;
   const char* name_;
   c10d::OpType type_;
@@ -1323,6 +1338,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOp
 
 void ProcessGroupNeuron::setSequenceNumberForGroup() { transport_->setSequenceNumberForGroup(); }
 uint64_t ProcessGroupNeuron::getSequenceNumberForGroup() { return transport_->getSequenceNumberForGroup(); }
+c10::Stream ProcessGroupNeuron::comm_stream(c10::DeviceIndex device) {
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  auto found = comm_streams_.find(device);
+  if (found == comm_streams_.end()) {
+    found = comm_streams_.emplace(device, NEURON_RT_CALL(neuron_rt::Runtime::get().next_pool_stream(device))).first;
+  }
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, device), found->second);
+}
+
 void ProcessGroupNeuron::track(const c10::intrusive_ptr<c10d::Work>& work) {
   std::lock_guard<std::mutex> lock(works_mutex_);
   if (in_flight_.size() >= 64) {  // forget the ended ones now and then

@@ -23,17 +23,24 @@
 // copies out of staging) runs before the next collective starts.
 //
 // Note [Stream-ordered collectives]. As ProcessGroupNCCL does, a collective is ordered on
-// the device's current stream: a task there waits for it, so ops issued after it on that
-// stream see its result without any wait() (in launch-blocking mode that task runs at the
-// call, so the call returns once the collective ended, as with CUDA_LAUNCH_BLOCKING=1). Its
-// future completes at issue, holding the outputs: callbacks chained with then() run at once
-// on the thread that chains them, so a callback may run another collective and wait for it,
-// and every rank issues the collectives of its callbacks in the same order (PowerSGD's hook
-// over several buckets). A failed or timed-out collective does not fail the device: its
-// Work carries the error, which wait() raises (its outputs are then undefined). wait()
-// blocks the calling thread until the Work completed. Point-to-point works (send, recv) are
-// not on the stream (an isend waiting there for its receive would deadlock ranks that both
-// send first); a completion thread waits for them and completes their futures.
+// its group's communication stream (one of the device's pool streams, one per group and
+// device), not on the current stream: a task there waits for it (in launch-blocking mode
+// that task runs at the call, so the call returns once the collective ended, as with
+// CUDA_LAUNCH_BLOCKING=1). Its future is device-aware and completes at issue, holding the
+// outputs, with events recorded on the communication stream after that task: whoever waits
+// for the future or chains a callback with then() has its stream wait for those events (c10's
+// Future does this), and the callbacks run at once on the thread that chains them, so a
+// callback may run another collective and wait for it, and every rank issues the
+// collectives of its callbacks in the same order (PowerSGD's hook over several buckets).
+// Ops issued on the current stream after the call see the result after wait() (which
+// blocks the calling thread until the Work completed). Since the current stream does not
+// wait for a collective, a later collective of another group does not either: ranks may issue
+// the asynchronous collectives of different groups in different orders (review 9b, finding 6;
+// before, each rank's second call waited for its first and the ranks deadlocked). A failed or
+// timed-out collective does not fail the device: its Work carries the error, which wait()
+// raises (its outputs are then undefined). Point-to-point works (send, recv) are on no stream
+// (an isend waiting there for its receive would deadlock ranks that both send first); a
+// completion thread waits for them and completes their futures, which have no devices.
 //
 // Beyond Gloo's own semantics:
 //  - AVG: SUM, then a division by the group size (truncating for integers, as NCCL does);
@@ -63,6 +70,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <string>
@@ -109,6 +117,10 @@ class ProcessGroupNeuron final : public c10d::Backend {
   // Works not yet complete, for abort(); and whether abort() was called (later calls fail).
   void track(const c10::intrusive_ptr<c10d::Work>& work);
   bool aborted() const { return aborted_.load(); }
+  // The stream on `device` that waits for this group's collectives and on which their futures
+  // record their events (Note [Stream-ordered collectives]): one of the device's pool streams,
+  // picked at the group's first collective there.
+  c10::Stream comm_stream(c10::DeviceIndex device);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -173,6 +185,8 @@ class ProcessGroupNeuron final : public c10d::Backend {
   std::atomic<bool> aborted_{false};
   std::mutex transport_mutex_;
   c10::intrusive_ptr<c10d::Work> last_transport_work_;
+  std::mutex streams_mutex_;
+  std::map<c10::DeviceIndex, int> comm_streams_;
 };
 
 }  // namespace torch_neuron
