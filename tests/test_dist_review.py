@@ -9,7 +9,9 @@ order on every rank; 06: a group freed (by DDP) after destroy_process_group does
 (review 9b): zero-copy after a peer failed, completed works pinning tensors, a failed rank's counter
 running ahead, a preposted irecv holding up collectives, the transport chosen by layout; 12: a
 PREMUL_SUM reduce_scatter of a transposed input; 13: memory a failed zero-copy call lent to a
-peer still writing into it is not given to a new tensor."""
+peer still writing into it is not given to a new tensor; 14: asynchronous collectives of two groups
+issued in different orders (review 9b, finding 6) and the futures' users ordered by events; 15: a
+transport thread never waits for the GIL (the intermittent PowerSGD failure of issue 9)."""
 import pytest
 
 from conftest import review_repros, run_review_repro

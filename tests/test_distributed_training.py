@@ -82,17 +82,7 @@ def test_ddp_every_check_is_asserted(ddp):
                                       "DDP comm hook fp16", "DDP comm hook bf16", "DDP comm hook powerSGD_hook"))
 
 
-# Intermittent in asynchronous mode with the Gloo transport: on 2026-11-30 it failed 3 runs of 4,
-# also on the build of 82aeefc, which passed CI before (a Gloo timeout: the ranks' collectives
-# did not match). Open in issue 9; launch-blocking and shared-memory modes pass.
-POWERSGD_MODE_PARAMS = [
-    pytest.param(name, marks=(EXTRA, pytest.mark.xfail(
-        strict=False, reason="intermittent Gloo timeout in asynchronous mode (issue 9, open)")))
-    if name == "asynchronous, Gloo transport" else param
-    for name, param in zip(MODES, MODE_PARAMS)]
-
-
-@pytest.mark.parametrize("mode", POWERSGD_MODE_PARAMS)
+@pytest.mark.parametrize("mode", MODE_PARAMS)
 def test_ddp_powersgd_hook_several_buckets_keeps_ranks_equal(mode, tmp_path):
     """Each bucket's hook chains collectives in future callbacks; the ranks must issue them in
     one order (its own launch, with a 30 s group timeout: a mismatch may abort in Gloo or hang)."""

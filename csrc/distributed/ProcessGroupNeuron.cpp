@@ -19,6 +19,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "../../runtime/collectives.h"
@@ -357,6 +358,20 @@ class CompletionThreads {
   size_t idle_ = 0;  // threads waiting for a task
 };
 
+// Note [Releasing a Work off the transport's threads]
+// A Work's last reference may hold tensors Python owns (its outputs, its future's value):
+// dropping it takes the GIL. A transport's thread (Gloo's, the shared-memory communication
+// thread) must never wait for the GIL: the thread holding it may be waiting for a collective
+// behind the one this thread just finished (a host wait that keeps the GIL, as a generator's
+// drain does: PowerSGD's hook calls torch.manual_seed, which waits for the device's streams,
+// the communication stream included), and the transport would then never run it; both
+// waited until the group's timeout (the intermittent PowerSGD failure of issue 9). Those
+// threads hand their references to a completion thread, which drops them.
+template <typename... Held>
+void release_off_transport(Held&&... held) {
+  CompletionThreads::get().post([kept = std::make_tuple(std::move(held)...)] {});
+}
+
 // Note [ProcessGroupNeuron]: the Work of one collective.
 class NeuronWork final : public c10d::Work {
  public:
@@ -668,6 +683,7 @@ class Call {
       }
       if (error && group.shm()->zero_copy()) keep_lent_memory(std::move(body));
       work->transport_finished(error);
+      release_off_transport(std::move(work), std::move(body));
     });
     return issued(work);
   }
@@ -697,8 +713,9 @@ class Call {
       // Runs on the transport's thread (or here, when it has already finished), so the
       // finishing steps end before the transport starts the next collective. The cycle
       // work -> transport work -> its future -> this callback ends when the future completes.
-      transport_future->addCallback([work](c10::ivalue::Future& future) {
+      transport_future->addCallback([work](c10::ivalue::Future& future) mutable {
         work->transport_finished(future.hasError() ? future.exception_ptr() : nullptr);
+        release_off_transport(std::move(work));
       });
     } else {
       // Point-to-point: neither on the stream nor blocking in launch-blocking mode (an isend
