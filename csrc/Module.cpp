@@ -104,7 +104,7 @@ PYBIND11_MODULE(_C, m) {
     auto& rt = runtime();
     uint64_t total = 0;
     for (int d = 0; d < rt.device_count(); ++d) {
-      for (int id = 0; id <= neuron_rt::kStreamPoolSize; ++id) total += (rt.stream(d, id).*counter)();
+      for (int id = 0; id < neuron_rt::kStreamCount; ++id) total += (rt.stream(d, id).*counter)();
     }
     return total;
   };

@@ -16,12 +16,14 @@ namespace {
 // Waits for queued work on `device` (see the header) unless the runtime is not running.
 // The GIL stays held: Python calls these methods holding this generator's mutex, and
 // another Python thread may hold the GIL while it waits for that mutex. (Queued work never
-// needs the GIL, so waiting with it cannot deadlock.)
+// needs the GIL.) The communication streams are not waited for: no kernel draws random
+// numbers there, and their tasks wait for peers, which may wait for this rank's next
+// collective of another group (review 10, finding 3; PowerSGD's hook calls manual_seed).
 void drain(c10::DeviceIndex device) {
   if (!neuron_rt::Runtime::initialized() || neuron_rt::Runtime::in_bad_fork()) return;
   auto& rt = runtime();
   if (rt.launch_blocking()) return;
-  NEURON_RT_CALL(rt.synchronize(device));
+  NEURON_RT_CALL(rt.synchronize(device, /*communication=*/false));
 }
 }  // namespace
 

@@ -92,7 +92,7 @@ Runtime::Runtime() : topology_(Topology::from_environment()) {
     auto state = std::make_unique<DeviceState>();
     std::vector<Stream*> streams;
     auto failure = std::make_shared<FailureState>();  // Note [Sticky stream errors]: per device
-    for (int id = 0; id <= kStreamPoolSize; ++id) {
+    for (int id = 0; id < kStreamCount; ++id) {
       state->streams.push_back(std::make_unique<Stream>(int(index), id, launch_blocking_, failure));
       state->streams.back()->set_idle_poll(idle_poll);
       streams.push_back(state->streams.back().get());
@@ -122,7 +122,7 @@ DeviceMemory& Runtime::memory(int device) {
 
 Stream& Runtime::stream(int device, int id) {
   check_device(device);
-  if (id < 0 || id > kStreamPoolSize) {
+  if (id < 0 || id >= kStreamCount) {
     throw Error(ErrorCode::kInvalidArgument,
                 "stream id " + std::to_string(id) + " does not exist on neuron:" + std::to_string(device));
   }
@@ -132,6 +132,11 @@ Stream& Runtime::stream(int device, int id) {
 int Runtime::next_pool_stream(int device) {
   check_device(device);
   return 1 + devices_[device]->next_pool.fetch_add(1) % kStreamPoolSize;
+}
+
+int Runtime::next_comm_stream(int device) {
+  check_device(device);
+  return 1 + kStreamPoolSize + devices_[device]->next_comm.fetch_add(1) % kCommStreamCount;
 }
 
 int Runtime::current_device() const { return t_current_device; }
@@ -151,12 +156,13 @@ void Runtime::set_current_stream(int device, int id) {
   t_current_stream[device] = id;
 }
 
-void Runtime::synchronize(int device) {
+void Runtime::synchronize(int device, bool communication) {
   if (device >= 0) check_device(device);
   std::exception_ptr first_failure;
   for (int index = 0; index < device_count(); ++index) {
     if (device >= 0 && index != device) continue;
     for (auto& stream : devices_[index]->streams) {
+      if (!communication && is_comm_stream(stream->id())) continue;
       try {
         stream->synchronize();
       } catch (const Error&) {

@@ -30,6 +30,12 @@
 namespace neuron_rt {
 
 constexpr int kStreamPoolSize = 8;  // streams per device besides the default one (id 0)
+// Streams per device for collectives (ids after the pool; never handed out as pool streams):
+// one per process group and device, as NCCL gives each communicator its own stream (Note
+// [Stream-ordered collectives] in csrc/distributed). Their threads start at first use.
+constexpr int kCommStreamCount = 32;
+constexpr int kStreamCount = 1 + kStreamPoolSize + kCommStreamCount;
+inline bool is_comm_stream(int id) { return id > kStreamPoolSize; }
 
 class Runtime {
  public:
@@ -49,10 +55,14 @@ class Runtime {
   // Throws Error(kInvalidDevice) naming the valid range and NEURON_RT_VISIBLE_CORES.
   void check_device(int device) const;
   DeviceMemory& memory(int device);
-  // Stream `id` (0 = default, 1..kStreamPoolSize = pool) of `device`.
+  // Stream `id` (0 = default, 1..kStreamPoolSize = pool, then the communication streams) of
+  // `device`.
   Stream& stream(int device, int id);
   // Round-robin pick from the pool of `device`.
   int next_pool_stream(int device);
+  // Round-robin pick from the communication streams of `device` (shared only past
+  // kCommStreamCount process groups on one device).
+  int next_comm_stream(int device);
 
   // The calling thread's current device and, per device, current stream id.
   int current_device() const;
@@ -64,7 +74,9 @@ class Runtime {
   static int device_of(const void* ptr) noexcept { return device_of_address(ptr); }
   // Waits for every stream of `device` (all devices when -1). Every stream is drained,
   // also after one of them has failed; then the first failure is thrown.
-  void synchronize(int device = -1);
+  // Without `communication`, the communication streams are not waited for (their tasks wait
+  // for peers: a generator's drain must not wait for another rank).
+  void synchronize(int device = -1, bool communication = true);
 
  private:
   Runtime();
@@ -72,6 +84,7 @@ class Runtime {
     std::vector<std::unique_ptr<Stream>> streams;
     std::unique_ptr<DeviceMemory> memory;
     std::atomic<int> next_pool{0};
+    std::atomic<int> next_comm{0};
   };
   Topology topology_;
   bool launch_blocking_ = true;

@@ -385,6 +385,18 @@ def test_inputs_that_share_storage_do_not_reuse_a_graph_compiled_for_separate_on
     torch.testing.assert_close(base.cpu(), expected_base)
 
 
+def test_a_graph_compiled_for_neuron_0_is_not_reused_for_neuron_1():
+    """Review 10, finding 1: the AOTAutograd key had the device type only; the neuron:1 call then
+    got the neuron:0 entry, whose program runs on neuron:0, and failed."""
+    if torch.neuron.device_count() < 2:
+        pytest.skip("needs 2 neuron devices (the default topology has them)")
+    compiled = torch.compile(lambda x: x * 2 + 1, backend="neuron")
+    first = compiled(torch.ones(4, device="neuron:0"))
+    second = compiled(torch.ones(4, device="neuron:1"))
+    assert first.device == torch.device("neuron:0") and second.device == torch.device("neuron:1")
+    torch.testing.assert_close(second.cpu(), torch.full((4,), 3.0))
+
+
 def test_the_aotautograd_key_covers_grad_mode_and_shared_storage():
     import types
     from torch_neuron_sim.compile import cache
@@ -401,3 +413,5 @@ def test_the_aotautograd_key_covers_grad_mode_and_shared_storage():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert key != cache.dynamo_graph_key(gm, [x, y], config)
     assert key != cache.dynamo_graph_key(gm, [x, y.to(torch.float64)], config)
+    with torch.inference_mode():
+        assert key != cache.dynamo_graph_key(gm, [torch.ones(4), torch.ones(4)], config)

@@ -11,7 +11,9 @@ running ahead, a preposted irecv holding up collectives, the transport chosen by
 PREMUL_SUM reduce_scatter of a transposed input; 13: memory a failed zero-copy call lent to a
 peer still writing into it is not given to a new tensor; 14: asynchronous collectives of two groups
 issued in different orders (review 9b, finding 6) and the futures' users ordered by events; 15: a
-transport thread never waits for the GIL (the intermittent PowerSGD failure of issue 9)."""
+transport thread never waits for the GIL (the intermittent PowerSGD failure of issue 9). 16-17: the
+third review (review 10): groups sharing a communication stream; torch.manual_seed waiting for
+the collectives of every group."""
 import pytest
 
 from conftest import review_repros, run_review_repro

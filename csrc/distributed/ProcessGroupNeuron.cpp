@@ -1359,7 +1359,7 @@ c10::Stream ProcessGroupNeuron::comm_stream(c10::DeviceIndex device) {
   std::lock_guard<std::mutex> lock(streams_mutex_);
   auto found = comm_streams_.find(device);
   if (found == comm_streams_.end()) {
-    found = comm_streams_.emplace(device, NEURON_RT_CALL(neuron_rt::Runtime::get().next_pool_stream(device))).first;
+    found = comm_streams_.emplace(device, NEURON_RT_CALL(neuron_rt::Runtime::get().next_comm_stream(device))).first;
   }
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, device), found->second);
 }

@@ -23,8 +23,9 @@
 // copies out of staging) runs before the next collective starts.
 //
 // Note [Stream-ordered collectives]. As ProcessGroupNCCL does, a collective is ordered on
-// its group's communication stream (one of the device's pool streams, one per group and
-// device), not on the current stream: a task there waits for it (in launch-blocking mode
+// its group's communication stream (one per group and device, from the device's
+// kCommStreamCount communication streams, never handed out as pool streams; shared only
+// past that many groups on one device), not on the current stream: a task there waits for it (in launch-blocking mode
 // that task runs at the call, so the call returns once the collective ended, as with
 // CUDA_LAUNCH_BLOCKING=1). Its future is device-aware and completes at issue, holding the
 // outputs, with events recorded on the communication stream after that task: whoever waits
@@ -118,8 +119,8 @@ class ProcessGroupNeuron final : public c10d::Backend {
   void track(const c10::intrusive_ptr<c10d::Work>& work);
   bool aborted() const { return aborted_.load(); }
   // The stream on `device` that waits for this group's collectives and on which their futures
-  // record their events (Note [Stream-ordered collectives]): one of the device's pool streams,
-  // picked at the group's first collective there.
+  // record their events (Note [Stream-ordered collectives]): one of the device's
+  // communication streams, picked at the group's first collective there.
   c10::Stream comm_stream(c10::DeviceIndex device);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,

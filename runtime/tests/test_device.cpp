@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -25,6 +26,23 @@ TEST(Runtime, DevicesStreamsAndCurrentDevicePerThread) {
   int pool = runtime.next_pool_stream(0);
   EXPECT_GE(pool, 1);
   EXPECT_LE(pool, kStreamPoolSize);
+}
+
+TEST(Runtime, CommunicationStreamsAreApartFromThePool) {
+  Runtime& runtime = Runtime::get();
+  std::set<int> comm;
+  for (int i = 0; i < kCommStreamCount; ++i) {
+    const int id = runtime.next_comm_stream(0);
+    EXPECT_TRUE(is_comm_stream(id)) << id;
+    EXPECT_LT(id, kStreamCount);
+    EXPECT_EQ(&runtime.stream(0, id), &runtime.stream(0, id));
+    comm.insert(id);
+  }
+  EXPECT_EQ(int(comm.size()), kCommStreamCount);  // one per group until they run out
+  for (int i = 0; i < 2 * kStreamPoolSize; ++i) EXPECT_FALSE(is_comm_stream(runtime.next_pool_stream(0)));
+  EXPECT_THROW(runtime.stream(0, kStreamCount), Error);
+  runtime.synchronize(0, /*communication=*/false);
+  runtime.synchronize(0);
 }
 
 TEST(Runtime, OutOfRangeDeviceNamesTheRange) {

@@ -90,8 +90,8 @@ def _digest_constant(digest, attribute):
 def dynamo_graph_key(gm, example_inputs, aot_config):
     """Note [Caching past AOTAutograd]: the key under which AOTAutograd's cache keeps what it made
     of a Dynamo graph for our backend. It covers what AOTAutograd's own key covers for such a
-    graph (the graph and the graphs it calls, its inputs' metadata and which of them share
-    storage, its constants, grad mode, autocast, deterministic algorithms, AOTAutograd's config)
+    graph (the graph and the graphs it calls, its inputs' metadata with their device index and
+    which of them share storage, its constants, grad and inference mode, autocast, deterministic algorithms, AOTAutograd's config)
     plus our compiler's identity. AOTAutograd's own key function is not used: it loads all of
     Inductor's code generators and hashes torch's sources (about 1.5 s per process), more than a
     warm start saves."""
@@ -100,7 +100,8 @@ def dynamo_graph_key(gm, example_inputs, aot_config):
     digest = hashlib.sha256()
     autocast = [(device, str(torch.get_autocast_dtype(device))) for device in torch._C._autocast_supported_devices()
                 if torch.is_autocast_enabled(device)]
-    for part in (identity(), "aot", _graph_code(gm), str(torch.is_grad_enabled()), repr(autocast),
+    for part in (identity(), "aot", _graph_code(gm), str(torch.is_grad_enabled()),
+                 str(torch.is_inference_mode_enabled()), repr(autocast),
                  str(torch.are_deterministic_algorithms_enabled()), repr(aot_config.num_params_buffers),
                  repr(aot_config.keep_inference_input_mutations), repr(aot_config.is_export),
                  repr(aot_config.no_tangents), repr(aot_config.dynamic_shapes), repr(aot_config.pre_dispatch)):
@@ -112,7 +113,8 @@ def dynamo_graph_key(gm, example_inputs, aot_config):
         if isinstance(value, torch.Tensor):
             storage = torch.multiprocessing.reductions.StorageWeakRef(value.untyped_storage())
             shares = storages.setdefault(storage.cdata, index)
-            digest.update(f"{_tensor_key(value)}|leaf={value.is_leaf}|storage={shares}".encode())
+            digest.update(f"{_tensor_key(value)}|{value.device}|leaf={value.is_leaf}|storage={shares}|"
+                          f"inference={value.is_inference()}".encode())
         else:
             digest.update(repr(value).encode())
         digest.update(b"\0")
