@@ -602,10 +602,22 @@ def tp_scenario(model_dir, out_dir):
 
     dist.init_process_group(backend="neuron")
     rank = dist.get_rank()
-    model = AutoModelForCausalLM.from_pretrained(model_dir,
-                                                 distributed_config=DistributedConfig(tp_size=dist.get_world_size()))
+    if os.environ.get("TP_MESH") == "1":  # the user's own mesh instead of a DistributedConfig
+        from torch.distributed.device_mesh import DeviceMesh
+        mesh = DeviceMesh("neuron", list(range(dist.get_world_size())))
+        RESULTS["mesh"] = [True, str(mesh)]
+        model = AutoModelForCausalLM.from_pretrained(model_dir, tp_plan="auto", device_mesh=mesh)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(
+            model_dir, distributed_config=DistributedConfig(tp_size=dist.get_world_size()))
     prompt = torch.tensor(json.loads(os.environ["TP_PROMPT"]), device=model.device)
-    tokens = model.generate(prompt, max_new_tokens=int(os.environ["TP_NEW_TOKENS"]), do_sample=False)
+    options = {}
+    if os.environ.get("TP_STATIC") == "1":  # transformers compiles the decode step (backend "neuron")
+        options["cache_implementation"] = "static"
+    tokens = model.generate(prompt, max_new_tokens=int(os.environ["TP_NEW_TOKENS"]), do_sample=False, **options)
+    if options:
+        from torch._dynamo.utils import counters
+        RESULTS["compiled graphs"] = [True, counters["neuron"]["compiled_graphs"]]
     RESULTS["tokens"] = [True, tokens.tolist()]
     RESULTS["device"] = [True, str(model.device)]
     RESULTS["memory_allocated"] = [True, torch.neuron.memory_allocated(model.device)]

@@ -397,6 +397,30 @@ def test_a_graph_compiled_for_neuron_0_is_not_reused_for_neuron_1():
     torch.testing.assert_close(second.cpu(), torch.full((4,), 3.0))
 
 
+COLLECTIVE_SCRIPT = r"""
+import os, tempfile, torch, torch_neuronx
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+dist.init_process_group("neuron", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+f = torch.compile(lambda x: funcol.all_reduce(x * 2, "sum", dist.group.WORLD) + 1, backend="neuron")
+x = torch.arange(6.0, device="neuron")
+out = f(x)
+torch.testing.assert_close(out.cpu(), x.cpu() * 2 + 1)
+(record,) = torch_neuronx.get_dynamo_metrics()
+print(record.has_collectives, out.device)
+dist.destroy_process_group()
+"""
+
+
+def test_a_graph_with_collectives_runs_op_by_op_and_is_recorded(tmp_path):
+    """Tensor parallelism's compiled decode step has all-reduces: such a graph runs through the
+    dispatcher (the program executor does not run collectives yet), recorded has_collectives."""
+    result = run_python(COLLECTIVE_SCRIPT, {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff"),
+                                            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == ["True", "neuron:0"], result.stdout
+
+
 def test_the_aotautograd_key_covers_grad_mode_and_shared_storage():
     import types
     from torch_neuron_sim.compile import cache

@@ -17,8 +17,8 @@ CONFIGS = {
 }
 
 
-def build(model_type, seed=0, dtype=torch.float32):
-    config = AutoConfig.for_model(model_type, **CONFIGS[model_type])
+def build(model_type, seed=0, dtype=torch.float32, **overrides):
+    config = AutoConfig.for_model(model_type, **{**CONFIGS[model_type], **overrides})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model.eval()

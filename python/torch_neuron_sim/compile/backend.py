@@ -232,6 +232,57 @@ def _aot_cache_key(mod, example_inputs, aot_config, compiler_config_extra=None):
     return cache.dynamo_graph_key(gm, example_inputs, aot_config), []
 
 
+@dataclasses.dataclass
+class CollectiveGraphCode(OutputCode):
+    """A graph with collectives (tensor parallelism's all-reduces, DTensor's redistributions):
+    the program executor does not run collectives yet, so such a graph runs op by op through
+    the dispatcher on neuron tensors, after AOTAutograd (as TorchNeuron records them:
+    has_collectives). Not kept in AOTAutograd's cache."""
+    gm: Any = None
+    name: str = ""
+
+    _boxed_call = True
+
+    def __call__(self, *given):
+        boxed = len(given) == 1 and isinstance(given[0], list)
+        return self.gm.forward(given[0] if boxed else list(given))
+
+    def prepare_for_serialization(self):
+        raise BypassAOTAutogradCache(f"graph {self.name} has collectives: it runs op by op and is not cached")
+
+    def post_compile(self, example_inputs, constants, graph_kwargs):
+        pass
+
+    def set_triton_bundle(self, triton_bundle):
+        pass
+
+
+_COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d", "_dtensor")
+
+
+def _collectives(gm):
+    return [node for node in gm.graph.nodes if node.op == "call_function"
+            and getattr(node.target, "namespace", None) in _COLLECTIVE_NAMESPACES]
+
+
+def _collective_graph(gm, context, graph_type):
+    from torch.fx.graph import _BoxedCodeGen
+    started = time.perf_counter_ns()
+    name = _graph_name(context, graph_type)
+    gm.graph.set_codegen(_BoxedCodeGen())
+    gm.recompile()
+    code = CollectiveGraphCode(gm=gm, name=name)
+    counters["neuron"]["compiled_graphs"] += 1
+    dynamo_metrics.record(dynamo_metrics.NeuronCompilationMetrics(
+        graph_id="", graph_name=name, model_name=context["model_name"], has_collectives=True,
+        graph_node_count=len(gm.graph.nodes), timestamp=context["timestamp"],
+        torch_neuronx_fx_passes_us=0, torch_neuronx_lower_us=0,
+        torch_neuronx_compile_us=(time.perf_counter_ns() - started) // 1000,
+        recompile_reason=context.get("recompile_reason"), cache_hit=False))
+    log.info("graph %s has collectives: it runs op by op", name)
+    return code
+
+
 class _Active(threading.local):
     context = None
 
@@ -286,6 +337,8 @@ def _compile_graph(gm, example_inputs, *, context, graph_type):
 
 
 def _compile_graph_now(gm, example_inputs, *, context, graph_type):
+    if _collectives(gm):
+        return _collective_graph(gm, context, graph_type)
     name = _graph_name(context, graph_type)
     started = time.perf_counter_ns()
     device = context["device"]
