@@ -366,7 +366,8 @@ class CompletionThreads {
 // drain does: PowerSGD's hook calls torch.manual_seed, which waits for the device's streams,
 // the communication stream included), and the transport would then never run it; both
 // waited until the group's timeout (the intermittent PowerSGD failure of issue 9). Those
-// threads hand their references to a completion thread, which drops them.
+// threads hand their references to a completion thread, which drops them: a collective's
+// tensors the caller dropped may count in memory_allocated() for a moment after it ended.
 template <typename... Held>
 void release_off_transport(Held&&... held) {
   CompletionThreads::get().post([kept = std::make_tuple(std::move(held)...)] {});
