@@ -368,9 +368,16 @@ class CompletionThreads {
 // waited until the group's timeout (the intermittent PowerSGD failure of issue 9). Those
 // threads hand their references to a completion thread, which drops them: a collective's
 // tensors the caller dropped may count in memory_allocated() for a moment after it ended.
+// Once Python is finalizing, taking the GIL ends the calling thread (pthread_exit), which
+// unwinding through a destructor turns into std::terminate: what is still held then is
+// left to the process's exit.
 template <typename... Held>
 void release_off_transport(Held&&... held) {
-  CompletionThreads::get().post([kept = std::make_tuple(std::move(held)...)] {});
+  auto* kept = new std::tuple<std::decay_t<Held>...>(std::move(held)...);
+  CompletionThreads::get().post([kept] {
+    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // left to the exit
+    delete kept;
+  });
 }
 
 // Note [ProcessGroupNeuron]: the Work of one collective.
