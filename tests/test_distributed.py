@@ -271,13 +271,14 @@ def test_timeout_and_killed_peer(tmp_path):
 # The seed's example as given (DistributedConfig), with the user's own DeviceMesh, with the
 # static cache (transformers compiles the decode step with backend "neuron": its graph has the
 # tensor-parallel all-reduces), and on 4 ranks (4 cores: trn2, 2 physical cores per logical one).
+# 4 ranks need 4 cores: trn2 with 2 physical cores per logical one has 4 on one chip.
+FOUR_CORES = {"NEURON_SIM_PLATFORM": "trn2", "NEURON_LOGICAL_NC_CONFIG": "2", "NEURON_SIM_CHIPS": "1"}
 TP_VARIANTS = {
     "DistributedConfig": ({}, WORLD),
     "device_mesh": ({"TP_MESH": "1"}, WORLD),
     "static cache, compiled": ({"TP_STATIC": "1"}, WORLD),
-    "4 ranks": ({"NEURON_SIM_PLATFORM": "trn2", "NEURON_LOGICAL_NC_CONFIG": "2", "NEURON_SIM_CHIPS": "1"}, 4),
-    "4 ranks, static cache, compiled": ({"NEURON_SIM_PLATFORM": "trn2", "NEURON_LOGICAL_NC_CONFIG": "2",
-                                         "NEURON_SIM_CHIPS": "1", "TP_STATIC": "1"}, 4),
+    "4 ranks": (FOUR_CORES, 4),
+    "4 ranks, static cache, compiled": (dict(FOUR_CORES, TP_STATIC="1"), 4),
 }
 
 

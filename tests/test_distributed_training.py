@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from test_distributed import assert_reports_pass as assert_checks, clean_env, free_port, results
+from test_distributed import FOUR_CORES, assert_reports_pass as assert_checks, clean_env, free_port, results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "distributed_training_worker.py")
@@ -31,8 +31,6 @@ MODES = {
 }
 EXTRA = pytest.mark.distributed_extra
 MODE_PARAMS = [pytest.param(name, marks=() if name == "launch-blocking" else EXTRA) for name in MODES]
-# 4 ranks need 4 cores: trn2 with 2 physical cores per logical one has 4 on one chip.
-FOUR_CORES = {"NEURON_SIM_PLATFORM": "trn2", "NEURON_LOGICAL_NC_CONFIG": "2", "NEURON_SIM_CHIPS": "1"}
 
 
 def torchrun(scenario, out_dir, nproc=2, env=None, timeout=240):

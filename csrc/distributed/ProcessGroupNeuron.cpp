@@ -750,7 +750,7 @@ class Call {
     // error) passed; never fails the stream: the Work carries the error.
     const Clock::time_point until = deadline_ + Milliseconds(500);
     const c10::Stream comm = group_.comm_stream(device());
-    NEURON_RT_CALL(neuron_rt::Runtime::get()
+    NEURON_RT_CALL(runtime()
                        .stream(comm.device_index(), static_cast<int>(comm.id()))
                        .enqueue([signal = work->signal(), until] {
                          std::unique_lock<std::mutex> lock(signal->mutex);
@@ -1367,7 +1367,7 @@ c10::Stream ProcessGroupNeuron::comm_stream(c10::DeviceIndex device) {
   std::lock_guard<std::mutex> lock(streams_mutex_);
   auto found = comm_streams_.find(device);
   if (found == comm_streams_.end()) {
-    found = comm_streams_.emplace(device, NEURON_RT_CALL(neuron_rt::Runtime::get().next_comm_stream(device))).first;
+    found = comm_streams_.emplace(device, NEURON_RT_CALL(runtime().next_comm_stream(device))).first;
   }
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, device), found->second);
 }

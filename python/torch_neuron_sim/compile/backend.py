@@ -272,13 +272,8 @@ def _collective_graph(gm, context, graph_type):
     gm.graph.set_codegen(_BoxedCodeGen())
     gm.recompile()
     code = CollectiveGraphCode(gm=gm, name=name)
-    counters["neuron"]["compiled_graphs"] += 1
-    dynamo_metrics.record(dynamo_metrics.NeuronCompilationMetrics(
-        graph_id="", graph_name=name, model_name=context["model_name"], has_collectives=True,
-        graph_node_count=len(gm.graph.nodes), timestamp=context["timestamp"],
-        torch_neuronx_fx_passes_us=0, torch_neuronx_lower_us=0,
-        torch_neuronx_compile_us=(time.perf_counter_ns() - started) // 1000,
-        recompile_reason=context.get("recompile_reason"), cache_hit=False))
+    _record_graph(name, "", context, len(gm.graph.nodes), has_collectives=True, fx_passes_us=0, lower_us=0,
+                  compile_us=(time.perf_counter_ns() - started) // 1000, cache_hit=False)
     log.info("graph %s has collectives: it runs op by op", name)
     return code
 
@@ -303,17 +298,24 @@ def _graph_name(context, graph_type):
     return f"{context['model_name']}_{context['aot_id']}_{graph_type}_{_nth_of(context, graph_type)}"
 
 
-def _record_compiled(code, context, payload, started, *, fx_passes_us, lower_us, compile_us, cache_hit):
-    _C.metrics_record("CompilationCache.CompilationTime", (time.perf_counter_ns() - started) / 1e9)
-    _C.metrics_record("CompilationCache.NeffSize", float(len(payload)))
+def _record_graph(name, key, context, nodes, *, has_collectives, fx_passes_us, lower_us, compile_us, cache_hit):
+    """Counts a compiled graph and leaves its record for get_dynamo_metrics(); `context` is
+    None when AOTAutograd's cache gave the graph back outside our backend."""
     counters["neuron"]["compiled_graphs"] += 1
     dynamo_metrics.record(dynamo_metrics.NeuronCompilationMetrics(
-        graph_id=code.key, graph_name=code.name,
-        model_name=context["model_name"] if context else get_model_name(), has_collectives=False,
-        graph_node_count=int(code.nodes), timestamp=context["timestamp"] if context else f"{time.time():.6f}",
+        graph_id=key, graph_name=name,
+        model_name=context["model_name"] if context else get_model_name(), has_collectives=has_collectives,
+        graph_node_count=int(nodes), timestamp=context["timestamp"] if context else f"{time.time():.6f}",
         torch_neuronx_fx_passes_us=int(fx_passes_us), torch_neuronx_lower_us=int(lower_us),
         torch_neuronx_compile_us=int(compile_us),
         recompile_reason=context.get("recompile_reason") if context else None, cache_hit=cache_hit))
+
+
+def _record_compiled(code, context, payload, started, *, fx_passes_us, lower_us, compile_us, cache_hit):
+    _C.metrics_record("CompilationCache.CompilationTime", (time.perf_counter_ns() - started) / 1e9)
+    _C.metrics_record("CompilationCache.NeffSize", float(len(payload)))
+    _record_graph(code.name, code.key, context, code.nodes, has_collectives=False, fx_passes_us=fx_passes_us,
+                  lower_us=lower_us, compile_us=compile_us, cache_hit=cache_hit)
     log.info("[NEFF_CACHE] Cache %s for key: %s (%s)", "HIT" if cache_hit else "MISS", code.key, code.name)
 
 
