@@ -175,6 +175,8 @@ def partition(out_dir):
     rank = dist.get_rank()
     t = torch.ones(1 << 20, device=NEURON)
     dist.all_reduce(t)
+    from torch_neuron_sim import _C
+    RESULTS["hierarchy"] = [True, _C._process_group_hierarchy(dist.group.WORLD._get_backend(NEURON))]
     RESULTS["iterations"] = [True, 0]
     write(out_dir)
     aborting = os.environ.get("PARTITION_ABORT") == "1"
@@ -270,6 +272,81 @@ def hierarchical(out_dir):
             assert torch.equal(b.cpu(), torch.full((300,), host_sum)), (step, b.cpu()[:3])
             assert torch.equal(c.cpu(), torch.full((7,), float(10 * (2 + local + 1)))), (step, c.cpu())
 
+    @check("hier: the world group's layout (Note [Hierarchical collectives])")
+    def _():
+        from torch_neuron_sim import _C
+        info = _C._process_group_hierarchy(dist.group.WORLD._get_backend(NEURON))
+        assert info is not None, "the world group spans two hosts with two ranks each: it should be hierarchical"
+        assert info["hosts"] == [0, 0, 1, 1] and info["local_size"] == 2 and info["leader"] == (local == 0), info
+        for group in (host_group, cross_group):
+            assert _C._process_group_hierarchy(group._get_backend(NEURON)) is None
+        return info
+
+    @check("hier: world allreduce, broadcast and barrier run inside each host, then across")
+    def _():
+        from torch_neuron_sim import _C
+        backend = dist.group.WORLD._get_backend(NEURON)
+        before = _C._process_group_hierarchy(backend)["calls"]
+        ops = 0
+        for dtype in (torch.float32, torch.bfloat16, torch.int64):
+            t = (torch.arange(4097, device=NEURON) % 25).to(dtype) * (rank + 1)  # sums exact in bfloat16
+            dist.all_reduce(t)
+            assert torch.equal(t.cpu(), (torch.arange(4097) % 25).to(dtype) * 10), (dtype, t.cpu()[:4])
+            ops += 1
+        t = torch.full((3, 5), float(rank + 1), device=NEURON)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        assert torch.equal(t.cpu(), torch.full((3, 5), 2.5)), t.cpu()
+        for op, expected in ((dist.ReduceOp.MAX, 4.0), (dist.ReduceOp.MIN, 1.0), (dist.ReduceOp.PRODUCT, 24.0)):
+            t = torch.full((9,), float(rank + 1), device=NEURON)
+            dist.all_reduce(t, op=op)
+            assert torch.equal(t.cpu(), torch.full((9,), expected)), (op, t.cpu())
+            ops += 1
+        t = torch.full((2, 6), float(rank + 1), device=NEURON).t()  # not contiguous
+        dist.all_reduce(t)
+        assert torch.equal(t.cpu(), torch.full((6, 2), 10.0)), t.cpu()
+        coalesced = [torch.full((5,), float(rank), device=NEURON), torch.full((3,), float(rank), device=NEURON)]
+        dist.all_reduce_coalesced(coalesced)
+        assert coalesced[0].cpu().tolist() == [6.0] * 5 and coalesced[1].cpu().tolist() == [6.0] * 3, coalesced
+        ops += 3
+        for root in range(world):  # the root's host first, then the other
+            t = torch.full((1000,), float(rank * 10 + root), device=NEURON)
+            dist.broadcast(t, src=root)
+            assert torch.equal(t.cpu(), torch.full((1000,), float(root * 10 + root))), (root, t.cpu()[:3])
+            ops += 1
+        t = torch.full((4,), rank, dtype=torch.int16, device=NEURON)  # a dtype Gloo has no type for
+        dist.broadcast(t, src=3)
+        assert t.cpu().tolist() == [3] * 4, t.cpu()
+        dist.barrier()
+        ops += 2
+        calls = _C._process_group_hierarchy(backend)["calls"] - before
+        assert calls == ops, (calls, ops)
+        return {"hierarchical calls": calls}
+
+    @check("hier: a 4 MiB world allreduce sends less across hosts than Gloo over the four ranks")
+    def _():
+        interface = os.environ["GLOO_SOCKET_IFNAME"]
+        gloo = dist.new_group(backend="gloo")  # the flat way, same ranks
+        n = 1 << 20
+
+        def sent_by_host(run):  # the host's veth counter: both of its ranks' traffic
+            dist.barrier()
+            before = interface_bytes(interface)[1]
+            run()
+            dist.barrier()
+            return interface_bytes(interface)[1] - before
+
+        hier = flat = None
+        for _ in range(2):
+            t = torch.full((n,), float(rank + 1), device=NEURON)
+            hier = min(hier or 1 << 62, sent_by_host(lambda: dist.all_reduce(t)))
+            assert torch.equal(t.cpu(), torch.full((n,), 10.0)), t.cpu()[:4]
+            c = torch.full((n,), float(rank + 1))
+            flat = min(flat or 1 << 62, sent_by_host(lambda: dist.all_reduce(c, group=gloo)))
+            assert torch.equal(c, torch.full((n,), 10.0)), c[:4]
+        # hierarchical: the 4 MiB cross once each way between the leaders (a 2-rank allreduce)
+        assert hier < 0.85 * flat, (hier, flat)
+        return {"bytes sent by this host": {"hierarchical": hier, "gloo over 4 ranks": flat}}
+
     @check("hier: all_gather_into_tensor on a host's pair, then on the world")
     def _():
         out = torch.zeros(2 * 4, device=NEURON)
@@ -307,8 +384,22 @@ def main(model_dir, out_dir):
     write(out_dir)
 
 
+def ranks(first, count, scenario, out_dir):
+    """Starts `count` ranks of `scenario` (RANK first.., LOCAL_RANK 0..) from this one process, so
+    that they share its namespaces (one `ip netns exec` per rank would give each its own mount
+    namespace: another host, as host_key() sees it); returns the first failing exit code."""
+    import subprocess
+    children = [subprocess.Popen([sys.executable, __file__, scenario, out_dir],
+                                 env=dict(os.environ, RANK=str(first + local), LOCAL_RANK=str(local)))
+                for local in range(count)]
+    codes = [child.wait() for child in children]
+    return next((code for code in codes if code), 0)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "all":
+    if sys.argv[1] == "ranks":
+        sys.exit(ranks(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]))
+    elif sys.argv[1] == "all":
         main(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "hier":
         hierarchical(sys.argv[2])

@@ -292,7 +292,8 @@ def test_two_processes_per_host_mix_shared_memory_and_gloo(two_hosts, tmp_path):
             loaded.append(json.load(report))
     names = assert_checks(loaded, "hier:")
     print("transports:", loaded[0]["hier: transports (world and cross-host pairs: Gloo; a host's pair: shared memory)"])
-    assert len(names[0]) == 6, loaded[0].keys()
+    assert len(names[0]) == 9, loaded[0].keys()
+    print("veth bytes:", loaded[0]["hier: a 4 MiB world allreduce sends less across hosts than Gloo over the four ranks"])
 
 
 # ---- a network partition: the link goes down in the middle of an allreduce ----------------
@@ -300,24 +301,25 @@ def test_two_processes_per_host_mix_shared_memory_and_gloo(two_hosts, tmp_path):
 PARTITION_TIMEOUT = 8.0
 
 
-def run_partition(hosts, out_dir, abort):
+def run_partition(hosts, out_dir, abort, per_host=1):
     """Both ranks loop on allreduces (plain processes, not torchrun: its agents talk through
     the store across the same link); the veth goes down; with `abort`, the test then tells both
     ranks to abort their group 1 s later. Returns (reports, time the link went down, time the
-    abort was asked for or None, exit times). Never hangs."""
-    processes = []
-    for rank, (namespace, interface) in enumerate(zip(hosts.namespaces, hosts.interfaces)):
-        env = clean_env({"RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1",
+    abort was asked for or None, each host's exit time). Never hangs."""
+    processes = []  # one per host: its ranks are its children, in its namespaces
+    world = 2 * per_host
+    for node, (namespace, interface) in enumerate(zip(hosts.namespaces, hosts.interfaces)):
+        env = clean_env({"WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(per_host),
                          "MASTER_ADDR": ADDRESSES[0], "MASTER_PORT": str(MASTER_PORT),
                          "GLOO_SOCKET_IFNAME": interface, "PARTITION_TIMEOUT": str(PARTITION_TIMEOUT),
                          "PARTITION_ABORT": "1" if abort else "0"})
-        processes.append(subprocess.Popen(["ip", "netns", "exec", namespace, sys.executable, WORKER, "partition",
-                                           out_dir], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True))
+        processes.append(subprocess.Popen(["ip", "netns", "exec", namespace, sys.executable, WORKER, "ranks",
+                                           str(node * per_host), str(per_host), "partition", out_dir],
+                                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
 
     def reports():
         loaded = []
-        for rank in range(2):
+        for rank in range(world):
             path = os.path.join(out_dir, f"rank{rank}.json")
             loaded.append(json.load(open(path)) if os.path.exists(path) else {})
         return loaded
@@ -330,7 +332,7 @@ def run_partition(hosts, out_dir, abort):
 
     try:
         deadline = time.monotonic() + 90
-        markers = [os.path.join(out_dir, f"started{rank}") for rank in range(2)]
+        markers = [os.path.join(out_dir, f"started{rank}") for rank in range(world)]
         while not all(os.path.exists(marker) for marker in markers):
             if any(p.poll() is not None for p in processes) or time.monotonic() > deadline:
                 pytest.fail(f"the ranks did not both reach their loop:\n{stop_all()}")
@@ -344,11 +346,11 @@ def run_partition(hosts, out_dir, abort):
             open(os.path.join(out_dir, "abort-now"), "w").close()
         exit_limit = 3 * PARTITION_TIMEOUT + 10
         exited_at = []
-        for rank, process in enumerate(processes):
+        for node, process in enumerate(processes):
             try:
                 process.wait(timeout=max(1, down_at + exit_limit - time.time()))
             except subprocess.TimeoutExpired:
-                pytest.fail(f"HANG: rank {rank} did not exit within {exit_limit} s of the link going down; "
+                pytest.fail(f"HANG: host {node}'s ranks did not exit within {exit_limit} s of the link going down; "
                             f"reports: {json.dumps(reports(), indent=1)[-4000:]}\n{stop_all()}")
             exited_at.append(time.time())
         outputs = [p.communicate(timeout=30)[0] for p in processes]
@@ -357,8 +359,8 @@ def run_partition(hosts, out_dir, abort):
             if process.poll() is None:
                 process.kill()
                 process.wait(timeout=30)
-    for rank, process in enumerate(processes):
-        assert process.returncode == 0, f"rank {rank} exited {process.returncode}:\n{outputs[rank][-5000:]}"
+    for node, process in enumerate(processes):
+        assert process.returncode == 0, f"host {node}'s ranks exited {process.returncode}:\n{outputs[node][-5000:]}"
     return reports(), down_at, abort_at, exited_at
 
 
@@ -387,6 +389,29 @@ def test_link_down_during_allreduce_fails_within_the_timeout(fresh_hosts, tmp_pa
                         "destroy": round(destroy_seconds, 2), "exit after": round(exited_at[rank] - down_at, 2),
                         "error": error["message"][:240]})
     print("\npartition:", json.dumps(summary, indent=1))
+
+
+def test_link_down_with_two_ranks_per_host_fails_every_rank_within_the_timeout(fresh_hosts, tmp_path):
+    """Note [Hierarchical collectives]: with two ranks per host the world's allreduce runs inside
+    each host, then between the hosts' first ranks on Gloo. When the link goes down only the
+    leaders' Gloo step is cut; the other rank of each host waits for its leader inside the host.
+    Every rank must still raise within the timeout, naming the allreduce, and exit."""
+    reports, down_at, _, exited_at = run_partition(fresh_hosts, str(tmp_path), abort=False, per_host=2)
+    summary = []
+    for rank, report in enumerate(reports):
+        hierarchy = report["hierarchy"][1]
+        assert hierarchy and hierarchy["leader"] == (rank % 2 == 0) and hierarchy["calls"] >= 1, (rank, hierarchy)
+        passed, error = report["error"]
+        assert passed, (rank, error)
+        latency = error["time"] - down_at
+        assert error["type"] == "DistBackendError", error
+        assert f"allreduce on neuron process group '0' (default_pg), rank {rank} of 4" in error["message"], error
+        assert latency < PARTITION_TIMEOUT + 1, (rank, latency, error["message"])
+        passed, detail = report["next collective"]
+        assert passed, detail
+        summary.append({"rank": rank, "error after": round(latency, 2), "exit after": round(exited_at[rank // 2] - down_at, 2),
+                        "error": error["message"][:300]})
+    print("\npartition, 2 ranks per host:", json.dumps(summary, indent=1))
 
 
 def test_abort_during_a_partition_ends_the_pending_allreduce(fresh_hosts, tmp_path):

@@ -4,6 +4,8 @@
 
 #include "ProcessGroupNeuron.h"
 
+#include "../../runtime/collectives.h"
+
 namespace torch_neuron {
 namespace {
 
@@ -51,21 +53,40 @@ void bind_distributed(pybind11::module& m) {
   m.def(
       "_make_process_group_neuron",
       [](const py::object& transport, const py::object& store, int rank, int size, std::chrono::milliseconds timeout,
-         int device) {
+         int device, std::vector<int> hosts, const py::object& leaders) {
         auto backend = c10::intrusive_ptr<c10d::Backend>::reclaim_copy(&transport.cast<c10d::Backend&>());
         c10::intrusive_ptr<c10d::Store> rendezvous;
         if (!store.is_none()) rendezvous = c10::intrusive_ptr<c10d::Store>::reclaim_copy(&store.cast<c10d::Store&>());
+        c10::intrusive_ptr<c10d::Backend> leader_group;
+        if (!leaders.is_none()) {
+          leader_group = c10::intrusive_ptr<c10d::Backend>::reclaim_copy(&leaders.cast<c10d::Backend&>());
+        }
         c10::intrusive_ptr<ProcessGroupNeuron> group;
         {
           py::gil_scoped_release release;  // the shared-memory rendezvous waits for the other ranks
           group = c10::make_intrusive<ProcessGroupNeuron>(std::move(backend), std::move(rendezvous), rank, size, timeout,
-                                                          c10::DeviceIndex(device));
+                                                          c10::DeviceIndex(device), std::move(hosts),
+                                                          std::move(leader_group));
         }
         return NoGilDestructor<ProcessGroupNeuron>(std::move(group));
       },
       py::arg("transport"), py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("device"),
+      py::arg("hosts") = std::vector<int>(), py::arg("leaders") = py::none(),
       "A neuron process group over `transport` (a ProcessGroupGloo of the same store, rank and size); ranks on one "
-      "host also meet through `store` for shared-memory collectives (None: Gloo only)");
+      "host also meet through `store` for shared-memory collectives (None: Gloo only). `hosts`: each rank's host "
+      "index; `leaders`: on each host's first rank of a group spanning hosts, a ProcessGroupGloo of those ranks "
+      "(Note [Hierarchical collectives])");
+  m.def("_host_key", &neuron_rt::host_key, "This host's locality key (hostname, boot id, network namespace)");
+  m.def("_process_group_hierarchy", [](const py::object& backend) -> py::object {
+    auto* hierarchy = backend.cast<ProcessGroupNeuron&>().hierarchy();
+    if (!hierarchy) return py::none();
+    py::dict info;
+    info["hosts"] = hierarchy->host_of;
+    info["local_size"] = hierarchy->local ? hierarchy->local->size() : 1;
+    info["leader"] = static_cast<bool>(hierarchy->leaders);
+    info["calls"] = hierarchy->calls.load();
+    return info;
+  }, "Note [Hierarchical collectives]: None, or the group's host layout and the collectives run in steps");
   m.def("_process_group_uses_shared_memory", [](const py::object& backend) {
     return backend.cast<ProcessGroupNeuron&>().uses_shared_memory();
   });

@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <condition_variable>
@@ -149,9 +150,9 @@ at::Tensor movable(const at::Tensor& view) {
 // handed to another tensor. The group cannot be used after a fault, so this happens at most
 // a few times per group. (The tensors the caller holds stay undefined, as after any failed
 // collective: a peer may still write into them.)
-void keep_lent_memory(std::function<void(neuron_rt::ShmGroup&)> body) {
+void keep_lent_memory(std::function<void()> body) {
   static std::mutex mutex;
-  static auto* kept = new std::vector<std::function<void(neuron_rt::ShmGroup&)>>();  // never freed
+  static auto* kept = new std::vector<std::function<void()>>();  // never freed
   std::lock_guard<std::mutex> lock(mutex);
   kept->push_back(std::move(body));
 }
@@ -664,11 +665,37 @@ class Call {
   }
 
   // The shared-memory transport: `body(shm)` runs the collective on the group's
-  // communication thread, in the order collectives were issued, once the device is ready
-  // (now) and the group's Gloo works issued before have ended (there). Returns its Work at
+  // communication thread (run_queued).
+  c10::intrusive_ptr<c10d::Work> run_shared(std::function<void(neuron_rt::ShmGroup&)> body, c10::IValue value,
+                                            std::vector<at::Tensor> outputs) {
+    ProcessGroupNeuron& group = group_;
+    return run_queued([&group, body = std::move(body)] { body(*group.shm()); }, group.shm(), std::move(value),
+                      std::move(outputs));
+  }
+
+  // Note [Hierarchical collectives]: as run_shared, for a group spanning hosts; `body` gets the
+  // group's hierarchy and the time left before the Work's deadline (for the leaders' Gloo step).
+  c10::intrusive_ptr<c10d::Work> run_hierarchical(
+      std::function<void(ProcessGroupNeuron::Hierarchy&, Milliseconds)> body, c10::IValue value,
+      std::vector<at::Tensor> outputs) {
+    ProcessGroupNeuron& group = group_;
+    const Clock::time_point deadline = deadline_;
+    return run_queued([&group, deadline, body = std::move(body)] {
+      group.hierarchy()->calls.fetch_add(1, std::memory_order_relaxed);
+      body(*group.hierarchy(), std::max(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(deadline - Clock::now())));
+    }, group.hierarchy()->local.get(), std::move(value), std::move(outputs));
+  }
+  c10::intrusive_ptr<c10d::Work> run_hierarchical(
+      std::function<void(ProcessGroupNeuron::Hierarchy&, Milliseconds)> body, const std::vector<at::Tensor>& outputs) {
+    return run_hierarchical(std::move(body), c10::IValue(outputs), outputs);
+  }
+
+  // Runs `body` on the group's communication thread, in the order collectives were issued,
+  // once the device is ready (now) and the group's Gloo works issued before have ended
+  // (there), with `shm` (may be null) bounded by the Work's deadline. Returns its Work at
   // once; it completes when the body and the finishing steps have run. `body` owns what it
   // uses (captures by value: it runs after this call returns).
-  c10::intrusive_ptr<c10d::Work> run_shared(std::function<void(neuron_rt::ShmGroup&)> body, c10::IValue value,
+  c10::intrusive_ptr<c10d::Work> run_queued(std::function<void()> body, neuron_rt::ShmGroup* shm, c10::IValue value,
                                             std::vector<at::Tensor> outputs) {
     ready();
     auto work = c10::make_intrusive<NeuronWork>(group_.describe(name_), group_.getRank(), type_, deadline_, limit_,
@@ -676,20 +703,22 @@ class Call {
                                                 std::move(finish_steps_), future_devices());
     ProcessGroupNeuron& group = group_;
     const Clock::time_point deadline = deadline_;
-    group.enqueue_shared([&group, work, deadline, body = std::move(body)]() mutable {
+    group.enqueue_shared([&group, work, deadline, shm, body = std::move(body)]() mutable {
       std::exception_ptr error;
       try {
         group.wait_transport_works();
         // The Work's deadline: its error (naming the ranks waited for) lands just before
         // wait() would give up with a plainer one (Note [ProcessGroupNeuron], Faults).
-        group.shm()->set_timeout(std::max(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(deadline - Clock::now())));
-        body(*group.shm());
+        if (shm) {
+          shm->set_timeout(std::max(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(deadline - Clock::now())));
+        }
+        body();
       } catch (const neuron_rt::Error& e) {
         error = backend_error(e.what());
       } catch (...) {
         error = std::current_exception();
       }
-      if (error && group.shm()->zero_copy()) keep_lent_memory(std::move(body));
+      if (error && shm && shm->zero_copy()) keep_lent_memory(std::move(body));
       work->transport_finished(error);
       release_off_transport(std::move(work), std::move(body));
     });
@@ -913,11 +942,59 @@ c10::intrusive_ptr<c10d::Work> all_gather_tensors(Call& call, c10d::Backend& tra
   return call.start(transport.allgather_into_tensor_coalesced(output_views, input_views, opts), outputs);
 }
 
+
+// ---- Note [Hierarchical collectives] ---------------------------------------------------------
+
+using Hierarchy = ProcessGroupNeuron::Hierarchy;
+
+// The leaders' Gloo step, on a host's first rank (nothing elsewhere): `start` issues the Gloo
+// works, which are waited for here. A failure aborts the host's shared memory with its
+// message, so that the host's other ranks, waiting for their leader, fail at once.
+void across_hosts(Hierarchy& hierarchy,
+                  const std::function<std::vector<c10::intrusive_ptr<c10d::Work>>(c10d::Backend&)>& start) {
+  if (!hierarchy.leaders) return;
+  try {
+    for (auto& work : start(*hierarchy.leaders)) work->wait();
+  } catch (...) {
+    if (hierarchy.local) {
+      hierarchy.local->abort("its host's first rank failed in the step across hosts: " +
+                             message_of(std::current_exception()));
+    }
+    throw;
+  }
+}
+
+// Allreduce of contiguous host views: inside the host, across hosts, back inside the host.
+void all_reduce_across_hosts(Hierarchy& hierarchy, const std::vector<at::Tensor>& views, neuron_rt::ReduceKind kind,
+                             const c10d::ReduceOp& op, Milliseconds left) {
+  if (hierarchy.local) {
+    for (const auto& view : views) {
+      hierarchy.local->all_reduce(view.data_ptr(), static_cast<size_t>(view.numel()), *shared_element(view.scalar_type()),
+                                  kind);
+    }
+  }
+  across_hosts(hierarchy, [&](c10d::Backend& leaders) {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (const auto& view : views) {  // Gloo runs them in order (one thread)
+      c10d::AllreduceOptions options;
+      options.reduceOp = op;
+      options.timeout = left;
+      std::vector<at::Tensor> one{view};
+      works.push_back(leaders.allreduce(one, options));
+    }
+    return works;
+  });
+  if (hierarchy.local) {
+    for (const auto& view : views) hierarchy.local->broadcast(view.data_ptr(), view.nbytes(), 0);
+  }
+}
+
 }  // namespace
 
 ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport,
                                        c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                                       std::chrono::milliseconds timeout, c10::DeviceIndex device)
+                                       std::chrono::milliseconds timeout, c10::DeviceIndex device,
+                                       std::vector<int> hosts, c10::intrusive_ptr<c10d::Backend> leaders)
     : c10d::Backend(rank, size),
       transport_(std::move(transport)),
       options_(c10::make_intrusive<Options>("neuron", timeout)),
@@ -941,8 +1018,25 @@ ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transpo
       shm_options.memory_length = memory.range_bytes();
     }
     StoreRendezvous rendezvous(store);
+    TORCH_CHECK(hosts.empty() || static_cast<int>(hosts.size()) == size, "neuron process group: ", hosts.size(),
+                " hosts given for ", size, " ranks");
+    const int host_count = hosts.empty() ? 1 : *std::max_element(hosts.begin(), hosts.end()) + 1;
     try {
-      shm_ = neuron_rt::ShmGroup::create(rendezvous, "shm/", rank, size, shm_options);
+      if (host_count <= 1) {
+        shm_ = neuron_rt::ShmGroup::create(rendezvous, "shm/", rank, size, shm_options);
+      } else if (static_cast<int>(hosts.size()) > host_count) {  // some host has several ranks
+        hierarchy_ = std::make_unique<Hierarchy>();
+        hierarchy_->host_of = hosts;
+        hierarchy_->host_count = host_count;
+        std::vector<int> seen(host_count, 0);
+        for (int host : hosts) hierarchy_->local_index.push_back(seen[host]++);
+        const int here = hosts[rank];
+        TORCH_CHECK((hierarchy_->local_index[rank] == 0) == static_cast<bool>(leaders), "neuron process group, rank ",
+                    rank, ": a Gloo group of the hosts' leaders must be given to each host's first rank only");
+        hierarchy_->leaders = std::move(leaders);
+        hierarchy_->local = neuron_rt::ShmGroup::create(rendezvous, "shm/host" + std::to_string(here) + "/",
+                                                        hierarchy_->local_index[rank], seen[here], shm_options);
+      }
     } catch (const neuron_rt::Error& e) {
       C10_THROW_ERROR(DistBackendError, std::string("neuron process group, rank ") + std::to_string(rank) +
                                             ": shared memory for collectives: " + e.what() +
@@ -960,12 +1054,17 @@ ProcessGroupNeuron::~ProcessGroupNeuron() {
     comm_ready_.notify_all();
     if (comm_thread_.joinable()) comm_thread_.join();  // its queued collectives end (or time out) first
     last_transport_work_.reset();
+    c10::intrusive_ptr<c10d::Backend> leaders = hierarchy_ ? std::move(hierarchy_->leaders) : nullptr;
     if (aborted_.load()) {
       // Gloo's thread may still be in a transfer that only its own timeout ends (a link
       // down): its destructor joins it elsewhere, so abort-then-destroy returns at once.
-      std::thread([transport = std::move(transport_)]() mutable { transport.reset(); }).detach();
+      std::thread([transport = std::move(transport_), leaders = std::move(leaders)]() mutable {
+        transport.reset();
+        leaders.reset();
+      }).detach();
     } else {
       transport_.reset();  // joins Gloo's thread
+      leaders.reset();
     }
   };
   // The threads joined here may drop the last reference to tensors that have Python objects,
@@ -1010,12 +1109,13 @@ void ProcessGroupNeuron::wait_shared_works() {
 }
 
 int64_t ProcessGroupNeuron::zero_copy_calls() const {
-  if (!shm_ || !shm_->zero_copy()) return -1;
-  return static_cast<int64_t>(shm_->zero_copy_calls());
+  neuron_rt::ShmGroup* group = shm_ ? shm_.get() : hierarchy_ ? hierarchy_->local.get() : nullptr;
+  if (!group || !group->zero_copy()) return -1;
+  return static_cast<int64_t>(group->zero_copy_calls());
 }
 
 void ProcessGroupNeuron::note_transport_work(const c10::intrusive_ptr<c10d::Work>& work) {
-  if (!shm_) return;
+  if (!shm_ && !hierarchy_) return;
   std::lock_guard<std::mutex> lock(transport_mutex_);
   last_transport_work_ = work;
 }
@@ -1037,6 +1137,7 @@ void ProcessGroupNeuron::wait_transport_works() {
 void ProcessGroupNeuron::setTimeout(std::chrono::milliseconds timeout) {
   options_->timeout = timeout;
   transport_->setTimeout(timeout);
+  if (hierarchy_ && hierarchy_->leaders) hierarchy_->leaders->setTimeout(timeout);
 }
 
 std::string ProcessGroupNeuron::describe(const std::string& collective) const {
@@ -1058,6 +1159,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
         group.broadcast(views[0].data_ptr(), views[0].nbytes(), root);
       }, tensors);
     }
+    if (hierarchy_ && views.size() == 1 && opts.rootTensor == 0) {
+      const int root = static_cast<int>(opts.rootRank);
+      TORCH_CHECK(root >= 0 && root < size_, "root rank ", root, " is not in the group of ", size_, " ranks");
+      const int root_host = hierarchy_->host_of[root], root_index = hierarchy_->local_index[root];
+      const bool root_here = hierarchy_->host_of[rank_] == root_host;
+      views = call.staged(views, /*receives=*/rank_ != root);
+      return call.run_hierarchical([views, root_host, root_index, root_here](Hierarchy& hierarchy, Milliseconds left) {
+        const at::Tensor& view = views[0];
+        if (root_here && hierarchy.local) hierarchy.local->broadcast(view.data_ptr(), view.nbytes(), root_index);
+        across_hosts(hierarchy, [&](c10d::Backend& leaders) {
+          c10d::BroadcastOptions options;
+          options.rootRank = root_host;
+          options.timeout = left;
+          std::vector<at::Tensor> moved = movable(views);
+          return std::vector<c10::intrusive_ptr<c10d::Work>>{leaders.broadcast(moved, options)};
+        });
+        if (!root_here && hierarchy.local) hierarchy.local->broadcast(view.data_ptr(), view.nbytes(), 0);
+      }, tensors);
+    }
     views = movable(std::move(views));
     return call.start(call.transport(*transport_).broadcast(views, opts), tensors);
   });
@@ -1070,11 +1190,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
     const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
     auto views = call.host(tensors);
     // Several tensors in one allreduce are reduced together (Gloo's multi-device form): Gloo's.
-    const bool shared = shm_ && views.size() == 1 && shared_reduces(views, reduction.transport_op);
+    const bool shared = (shm_ || hierarchy_) && views.size() == 1 && shared_reduces(views, reduction.transport_op);
     auto sent = reduction_inputs(call, reduction, views, /*receives=*/true, size_);
     if (shared) {
       const auto kind = *shared_reduction(reduction.transport_op);
       sent = call.staged(sent, /*receives=*/true);
+      if (hierarchy_) {
+        return call.run_hierarchical([sent, kind, op = reduction.transport_op](Hierarchy& hierarchy, Milliseconds left) {
+          all_reduce_across_hosts(hierarchy, sent, kind, op, left);
+        }, tensors);
+      }
       return call.run_shared([sent, kind](neuron_rt::ShmGroup& group) {
         group.all_reduce(sent[0].data_ptr(), static_cast<size_t>(sent[0].numel()), *shared_element(sent[0].scalar_type()),
                          kind);
@@ -1092,11 +1217,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vect
   return call.run([&] {
     const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
     auto views = call.host(tensors);
-    const bool shared = shm_ && shared_reduces(views, reduction.transport_op);
+    const bool shared = (shm_ || hierarchy_) && shared_reduces(views, reduction.transport_op);
     auto sent = reduction_inputs(call, reduction, views, /*receives=*/true, size_);
     if (shared) {
       const auto kind = *shared_reduction(reduction.transport_op);
       sent = call.staged(sent, /*receives=*/true);
+      if (hierarchy_) {
+        return call.run_hierarchical([sent, kind, op = reduction.transport_op](Hierarchy& hierarchy, Milliseconds left) {
+          all_reduce_across_hosts(hierarchy, sent, kind, op, left);
+        }, tensors);
+      }
       return call.run_shared([sent, kind](neuron_rt::ShmGroup& group) {
         for (const auto& tensor : sent) {
           group.all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), *shared_element(tensor.scalar_type()),
@@ -1357,6 +1487,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOp
   return call.run([&] {
     // The work queued on this rank's device before the barrier has run when it returns.
     if (shm_) return call.run_shared([](neuron_rt::ShmGroup& group) { group.barrier(); }, std::vector<at::Tensor>());
+    if (hierarchy_) {
+      return call.run_hierarchical([](Hierarchy& hierarchy, Milliseconds left) {
+        if (hierarchy.local) hierarchy.local->barrier();
+        across_hosts(hierarchy, [&](c10d::Backend& leaders) {
+          c10d::BarrierOptions options;
+          options.timeout = left;
+          return std::vector<c10::intrusive_ptr<c10d::Work>>{leaders.barrier(options)};
+        });
+        if (hierarchy.local) hierarchy.local->barrier();
+      }, std::vector<at::Tensor>());
+    }
     return call.start(call.transport(*transport_).barrier(opts), std::vector<at::Tensor>());
   });
 }
@@ -1390,6 +1531,7 @@ void ProcessGroupNeuron::track(const c10::intrusive_ptr<c10d::Work>& work) {
 void ProcessGroupNeuron::abort() {
   aborted_.store(true);
   if (shm_) shm_->abort("abort() was called");
+  if (hierarchy_ && hierarchy_->local) hierarchy_->local->abort("abort() was called");
   std::vector<c10::weak_intrusive_ptr<c10d::Work>> pending;
   {
     std::lock_guard<std::mutex> lock(works_mutex_);
@@ -1399,6 +1541,7 @@ void ProcessGroupNeuron::abort() {
     if (auto work = weak.lock()) work->abort();
   }
   transport_->abort();
+  if (hierarchy_ && hierarchy_->leaders) hierarchy_->leaders->abort();
 }
 void ProcessGroupNeuron::shutdown() { transport_->shutdown(); }
 

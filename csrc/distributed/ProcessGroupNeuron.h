@@ -59,6 +59,19 @@
 // does not stop Gloo's op: the outputs are undefined until the op ends; when it does, its
 // finishing step still runs, so they then hold the result the peers got.
 //
+// Note [Hierarchical collectives]. A group whose ranks span hosts, with several ranks on at
+// least one host, runs allreduce, broadcast and barrier in three steps, as NCCL does across
+// nodes: inside each host over shared memory (its ranks' own ShmGroup, zero-copy where their
+// device memory allows), across hosts on Gloo between one leader per host (the host's first
+// rank; a Gloo group of the leaders only, made by the Python registration), then inside each
+// host again (a broadcast from the leader). Allreduce: local allreduce, leaders' allreduce,
+// local broadcast; so each byte crosses the network once per host, not once per rank. Broadcast:
+// inside the root's host, then between leaders, then inside the other hosts. The steps run
+// as one task on the communication thread, so the group's one order holds. A leader whose
+// Gloo step fails aborts its host's shared memory with the error, so the host's other ranks
+// fail at once instead of at the deadline. The other collectives of such a group run on Gloo
+// over the whole group.
+//
 // Thread safety: as c10d requires, every rank issues the group's collectives in the same
 // order; a Work may be waited for from any thread.
 #pragma once
@@ -90,8 +103,13 @@ class ProcessGroupNeuron final : public c10d::Backend {
   // `transport`: a ProcessGroupGloo over the group's store, rank and size. `store`: that
   // store, for the shared-memory rendezvous (a collective: every rank makes its group).
   // `device`: the process's core (used by barrier, and where a collective names no tensor).
+  // `hosts`: the host of each rank (numbered in order of first appearance; empty: unknown, the
+  // shared-memory rendezvous finds out whether they share one); `leaders`: on the first rank of
+  // each host of a group spanning hosts, a ProcessGroupGloo of those ranks (in host order), for
+  // Note [Hierarchical collectives]; null elsewhere.
   ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, c10::intrusive_ptr<c10d::Store> store, int rank,
-                     int size, std::chrono::milliseconds timeout, c10::DeviceIndex device);
+                     int size, std::chrono::milliseconds timeout, c10::DeviceIndex device,
+                     std::vector<int> hosts = {}, c10::intrusive_ptr<c10d::Backend> leaders = {});
   ~ProcessGroupNeuron() override;
 
   const std::string getBackendName() const override { return "neuron"; }
@@ -105,6 +123,16 @@ class ProcessGroupNeuron final : public c10d::Backend {
   bool uses_shared_memory() const { return shm_ != nullptr; }
   // Collectives that went zero-copy so far; -1 when the group cannot (collectives.h).
   int64_t zero_copy_calls() const;
+  // Note [Hierarchical collectives]: what a group spanning hosts uses; null otherwise.
+  struct Hierarchy {
+    std::vector<int> host_of;      // per rank of the group
+    std::vector<int> local_index;  // per rank: its index among its host's ranks
+    int host_count = 0;
+    std::unique_ptr<neuron_rt::ShmGroup> local;    // this host's ranks; null when alone here
+    c10::intrusive_ptr<c10d::Backend> leaders;     // on a host's first rank only
+    std::atomic<uint64_t> calls{0};                // collectives run this way (tests check it)
+  };
+  Hierarchy* hierarchy() const { return hierarchy_.get(); }
 
   // For the collectives' implementation (ProcessGroupNeuron.cpp): the last work handed to
   // Gloo, which a shared-memory collective waits for first (one order for both paths).
@@ -175,6 +203,7 @@ class ProcessGroupNeuron final : public c10d::Backend {
   c10::intrusive_ptr<Options> options_;
   c10::DeviceIndex device_;
   std::unique_ptr<neuron_rt::ShmGroup> shm_;  // null: ranks on several hosts, or turned off
+  std::unique_ptr<Hierarchy> hierarchy_;      // ranks on several hosts, some sharing one
   std::thread comm_thread_;                   // started by the first shared-memory collective
   std::mutex comm_mutex_;
   std::condition_variable comm_ready_, comm_done_;

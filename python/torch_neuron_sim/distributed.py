@@ -54,9 +54,24 @@ def _create_process_group(options, backend_options=None):
         torch.neuron.set_device(device)
     generation = _made[options.group_id] = _made.get(options.group_id, 0) + 1
     store = dist.PrefixStore(f"neuron/{options.group_id}/{generation}/", options.store)
-    transport = _gloo(store, options.group_rank, options.group_size, options.timeout)
-    return _C._make_process_group_neuron(transport, store, options.group_rank, options.group_size, options.timeout,
-                                         device)
+    rank, size, timeout = options.group_rank, options.group_size, options.timeout
+    transport = _gloo(store, rank, size, timeout)
+    hosts = _hosts(store, rank, size)
+    leaders = None
+    if (1 < len(set(hosts)) < size and hosts.index(hosts[rank]) == rank
+            and os.environ.get("NEURON_SIM_SHM_COLLECTIVES") != "0"):
+        # Note [Hierarchical collectives]: a host's first rank also joins the hosts' leaders
+        leaders = _gloo(dist.PrefixStore("leaders/", store), hosts[rank], max(hosts) + 1, timeout)
+    return _C._make_process_group_neuron(transport, store, rank, size, timeout, device, hosts, leaders)
+
+
+def _hosts(store, rank, size):
+    """Each rank's host, numbered in order of first appearance (ranks on one host share a key:
+    hostname, boot id and network namespace)."""
+    store.set(f"host/{rank}", _C._host_key())
+    keys = [store.get(f"host/{other}").decode() for other in range(size)]
+    numbers = {}
+    return [numbers.setdefault(key, len(numbers)) for key in keys]
 
 
 def _gloo(store, rank, size, timeout):
