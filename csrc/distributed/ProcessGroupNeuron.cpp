@@ -367,15 +367,62 @@ class CompletionThreads {
 // drain does: PowerSGD's hook calls torch.manual_seed, which waits for the device's streams,
 // the communication stream included), and the transport would then never run it; both
 // waited until the group's timeout (the intermittent PowerSGD failure of issue 9). Those
-// threads hand their references to a completion thread, which drops them: a collective's
+// threads hand their references to the releaser thread, which drops them: a collective's
 // tensors the caller dropped may count in memory_allocated() for a moment after it ended.
 // Once Python is finalizing, taking the GIL ends the calling thread (pthread_exit), which
 // unwinding through a destructor turns into std::terminate: what is still held then is
 // left to the process's exit.
+// One thread per process drops them, in order (review 10, finding 4: with a completion
+// thread per release, a long GIL hold piled up one blocked thread per finished collective).
+// Nothing waits for a release, so one blocked on the GIL holds up only the releases behind it.
+class Releaser {
+ public:
+  static Releaser& get() {
+    static std::mutex made;
+    static Releaser* releaser = nullptr;
+    static pid_t owner = 0;
+    std::lock_guard<std::mutex> lock(made);
+    if (!releaser || owner != getpid()) {  // leaked: its thread may still use it at exit
+      releaser = new Releaser();
+      owner = getpid();
+    }
+    return *releaser;
+  }
+
+  void post(std::function<void()> release) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(release));
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { serve(); }).detach();
+    }
+    ready_.notify_one();
+  }
+
+ private:
+  void serve() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      ready_.wait(lock, [&] { return !queue_.empty(); });
+      std::function<void()> release = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      release();
+      release = nullptr;
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> queue_;
+  bool started_ = false;
+};
+
 template <typename... Held>
 void release_off_transport(Held&&... held) {
   auto* kept = new std::tuple<std::decay_t<Held>...>(std::move(held)...);
-  CompletionThreads::get().post([kept] {
+  Releaser::get().post([kept] {
     if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // left to the exit
     delete kept;
   });
