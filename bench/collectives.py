@@ -2,8 +2,8 @@
 allreduce and allgather of neuron tensors (the "neuron" backend: shared memory on one host)
 against the same collectives of CPU tensors on Gloo, in one process group
 ("cpu:gloo,neuron:neuron"), sizes interleaved A B A B. Rank 0 prints one JSON object:
-per collective and size, median seconds of both sides, and the single-thread memcpy
-bandwidth of this machine (the ceiling a copy-based transport can approach).
+per collective and size, median seconds of both sides. memcpy_bandwidth() is the ceiling a
+copy-based transport can approach (bench.py measures it in one process, before the ranks run).
 
 Bus bandwidth as nccl-tests defines it: allreduce busbw = size / time * 2(n-1)/n, allgather
 busbw = (n * size) / time * (n-1)/n, where size is each rank's tensor."""
@@ -41,7 +41,7 @@ def main():
     dist.init_process_group("cpu:gloo,neuron:neuron")
     rank, world = dist.get_rank(), dist.get_world_size()
     sizes = [s for s in SIZES if s <= int(os.environ.get("BENCH_MAX_BYTES", str(SIZES[-1])))]
-    results = {"world": world, "memcpy_bytes_per_s": memcpy_bandwidth(), "allreduce": {}, "allgather": {}}
+    results = {"world": world, "allreduce": {}, "allgather": {}}
     for size in sizes:
         n = size // 4
         count = iterations(size)
