@@ -53,11 +53,14 @@ $(EXTENSION): $(SOURCES) $(VENV)/.requirements.stamp
 	@# The first build is the editable install (it also registers the torch.backends
 	@# entry point and the neuron-migrate command); later builds recompile in place,
 	@# incrementally. Autoload is off while building: the installed backend would load the
-	@# old extension. The old file is unlinked first: the copy then makes a new file, and a
-	@# process still running the old one keeps it (copying over it would truncate the
-	@# pages that process has mapped: SIGBUS).
+	@# old extension. The new library replaces the old one by a rename: a process still
+	@# running the old one keeps it (copying over it would truncate the pages that process
+	@# has mapped: SIGBUS), and one starting meanwhile finds either.
 	if grep -qs torch_dynamo_backends $(VENV)/lib/python3*/site-packages/torch_neuron_sim-*.dist-info/entry_points.txt; then \
-	  rm -f python/torch_neuron_sim/_C.cpython-*.so; TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) setup.py -q build_ext --inplace; \
+	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) setup.py -q build_ext && \
+	  for so in build/lib.*/torch_neuron_sim/_C.*.so; do \
+	    cp "$$so" "python/torch_neuron_sim/.$$(basename $$so).new" && \
+	    mv -f "python/torch_neuron_sim/.$$(basename $$so).new" "python/torch_neuron_sim/$$(basename $$so)"; done; \
 	else \
 	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps -e .; fi
 	@touch $@

@@ -83,7 +83,7 @@ void bind_distributed(pybind11::module& m) {
     py::dict info;
     info["hosts"] = hierarchy->host_of;
     info["local_size"] = hierarchy->local ? hierarchy->local->size() : 1;
-    info["leader"] = static_cast<bool>(hierarchy->leaders);
+    info["leader"] = hierarchy->leader;
     info["calls"] = hierarchy->calls.load();
     return info;
   }, "Note [Hierarchical collectives]: None, or the group's host layout and the collectives run in steps");

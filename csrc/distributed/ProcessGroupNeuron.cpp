@@ -721,19 +721,28 @@ class Call {
   }
 
   // Note [Hierarchical collectives]: as run_shared, for a group spanning hosts; `body` gets the
-  // group's hierarchy and the time left before the Work's deadline (for the leaders' Gloo step).
-  c10::intrusive_ptr<c10d::Work> run_hierarchical(
-      std::function<void(ProcessGroupNeuron::Hierarchy&, Milliseconds)> body, c10::IValue value,
-      std::vector<at::Tensor> outputs) {
+  // group and the Work's deadline. A failure on a leader drops its connections to the other
+  // leaders, so that they fail at once too (not at the timeout), and fails its host's
+  // shared memory, so that the host's other ranks do.
+  using HierarchicalBody = std::function<void(ProcessGroupNeuron&, ProcessGroupNeuron::Hierarchy&, Clock::time_point)>;
+  c10::intrusive_ptr<c10d::Work> run_hierarchical(HierarchicalBody body, c10::IValue value,
+                                                  std::vector<at::Tensor> outputs) {
     ProcessGroupNeuron& group = group_;
     const Clock::time_point deadline = deadline_;
     return run_queued([&group, deadline, body = std::move(body)] {
-      group.hierarchy()->calls.fetch_add(1, std::memory_order_relaxed);
-      body(*group.hierarchy(), std::max(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(deadline - Clock::now())));
+      ProcessGroupNeuron::Hierarchy& hierarchy = *group.hierarchy();
+      hierarchy.calls.fetch_add(1, std::memory_order_relaxed);
+      try {
+        body(group, hierarchy, deadline);
+      } catch (...) {
+        const std::string why = message_of(std::current_exception());
+        if (hierarchy.leader) hierarchy.drop_leaders(why);
+        if (hierarchy.local) hierarchy.local->abort("rank " + std::to_string(group.getRank()) + " failed: " + why);
+        throw;
+      }
     }, group.hierarchy()->local.get(), std::move(value), std::move(outputs));
   }
-  c10::intrusive_ptr<c10d::Work> run_hierarchical(
-      std::function<void(ProcessGroupNeuron::Hierarchy&, Milliseconds)> body, const std::vector<at::Tensor>& outputs) {
+  c10::intrusive_ptr<c10d::Work> run_hierarchical(HierarchicalBody body, const std::vector<at::Tensor>& outputs) {
     return run_hierarchical(std::move(body), c10::IValue(outputs), outputs);
   }
 
@@ -995,32 +1004,58 @@ c10::intrusive_ptr<c10d::Work> all_gather_tensors(Call& call, c10d::Backend& tra
 using Hierarchy = ProcessGroupNeuron::Hierarchy;
 
 // The leaders' Gloo step, on a host's first rank (nothing elsewhere): `start` issues the Gloo
-// works, which are waited for here. A failure aborts the host's shared memory with its
-// message, so that the host's other ranks, waiting for their leader, fail at once.
-void across_hosts(Hierarchy& hierarchy,
-                  const std::function<std::vector<c10::intrusive_ptr<c10d::Work>>(c10d::Backend&)>& start) {
-  if (!hierarchy.leaders) return;
-  try {
-    for (auto& work : start(*hierarchy.leaders)) work->wait();
-  } catch (...) {
-    if (hierarchy.local) {
-      hierarchy.local->abort("its host's first rank failed in the step across hosts: " +
-                             message_of(std::current_exception()));
+// works with the time left before `deadline`, and they are waited for here, until they end,
+// the deadline passes or the group is aborted (Gloo's wait would hold the communication
+// thread, and the group's teardown, until Gloo's own timeout).
+void across_hosts(ProcessGroupNeuron& group, Hierarchy& hierarchy, Clock::time_point deadline,
+                  const std::function<std::vector<c10::intrusive_ptr<c10d::Work>>(c10d::Backend&, Milliseconds)>& start) {
+  if (!hierarchy.leader) return;
+  c10::intrusive_ptr<c10d::Backend> leaders = hierarchy.leaders();
+  // This thread must not drop the last reference (abort() or a failure took the group's):
+  // destroying a Gloo group joins its thread, which may be in a transfer until Gloo's timeout.
+  struct NotLast {
+    c10::intrusive_ptr<c10d::Backend>& group;
+    ~NotLast() {
+      if (group && group.use_count() == 1) std::thread([group = std::move(group)]() mutable { group.reset(); }).detach();
     }
-    throw;
+  } not_last{leaders};
+  const auto left = std::max(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(deadline - Clock::now()));
+  for (auto& work : start(*leaders, left)) {
+    struct Done {
+      std::mutex mutex;
+      std::condition_variable cv;
+      bool done = false;
+    };
+    auto done = std::make_shared<Done>();
+    work->getFuture()->addCallback([done](c10::ivalue::Future&) {
+      std::lock_guard<std::mutex> lock(done->mutex);
+      done->done = true;
+      done->cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(done->mutex);
+    while (!done->done) {
+      if (group.aborted()) throw neuron_rt::Error(neuron_rt::ErrorCode::kAborted, "aborted in the step across hosts");
+      if (Clock::now() >= deadline) {
+        throw neuron_rt::Error(neuron_rt::ErrorCode::kTimeout, "the step across hosts (Gloo, between the hosts' first "
+                                                               "ranks) did not end within the group's timeout");
+      }
+      done->cv.wait_for(lock, Milliseconds(10));
+    }
+    lock.unlock();
+    work->wait();  // ended: raises its error
   }
 }
 
 // Allreduce of contiguous host views: inside the host, across hosts, back inside the host.
-void all_reduce_across_hosts(Hierarchy& hierarchy, const std::vector<at::Tensor>& views, neuron_rt::ReduceKind kind,
-                             const c10d::ReduceOp& op, Milliseconds left) {
+void all_reduce_across_hosts(ProcessGroupNeuron& group, Hierarchy& hierarchy, const std::vector<at::Tensor>& views,
+                             neuron_rt::ReduceKind kind, const c10d::ReduceOp& op, Clock::time_point deadline) {
   if (hierarchy.local) {
     for (const auto& view : views) {
       hierarchy.local->all_reduce(view.data_ptr(), static_cast<size_t>(view.numel()), *shared_element(view.scalar_type()),
                                   kind);
     }
   }
-  across_hosts(hierarchy, [&](c10d::Backend& leaders) {
+  across_hosts(group, hierarchy, deadline, [&](c10d::Backend& leaders, Milliseconds left) {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (const auto& view : views) {  // Gloo runs them in order (one thread)
       c10d::AllreduceOptions options;
@@ -1078,9 +1113,10 @@ ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transpo
         std::vector<int> seen(host_count, 0);
         for (int host : hosts) hierarchy_->local_index.push_back(seen[host]++);
         const int here = hosts[rank];
-        TORCH_CHECK((hierarchy_->local_index[rank] == 0) == static_cast<bool>(leaders), "neuron process group, rank ",
+        hierarchy_->leader = hierarchy_->local_index[rank] == 0;
+        TORCH_CHECK(hierarchy_->leader == static_cast<bool>(leaders), "neuron process group, rank ",
                     rank, ": a Gloo group of the hosts' leaders must be given to each host's first rank only");
-        hierarchy_->leaders = std::move(leaders);
+        hierarchy_->set_leaders(std::move(leaders));
         hierarchy_->local = neuron_rt::ShmGroup::create(rendezvous, "shm/host" + std::to_string(here) + "/",
                                                         hierarchy_->local_index[rank], seen[here], shm_options);
       }
@@ -1101,7 +1137,7 @@ ProcessGroupNeuron::~ProcessGroupNeuron() {
     comm_ready_.notify_all();
     if (comm_thread_.joinable()) comm_thread_.join();  // its queued collectives end (or time out) first
     last_transport_work_.reset();
-    c10::intrusive_ptr<c10d::Backend> leaders = hierarchy_ ? std::move(hierarchy_->leaders) : nullptr;
+    c10::intrusive_ptr<c10d::Backend> leaders = hierarchy_ ? hierarchy_->take_leaders() : nullptr;
     if (aborted_.load()) {
       // Gloo's thread may still be in a transfer that only its own timeout ends (a link
       // down): its destructor joins it elsewhere, so abort-then-destroy returns at once.
@@ -1161,6 +1197,36 @@ int64_t ProcessGroupNeuron::zero_copy_calls() const {
   return static_cast<int64_t>(group->zero_copy_calls());
 }
 
+c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::Hierarchy::leaders() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!dropped_.empty()) {
+    throw neuron_rt::Error(neuron_rt::ErrorCode::kAborted, "the group failed earlier (" + dropped_ + ")");
+  }
+  return leaders_;
+}
+
+void ProcessGroupNeuron::Hierarchy::set_leaders(c10::intrusive_ptr<c10d::Backend> leaders) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  leaders_ = std::move(leaders);
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::Hierarchy::take_leaders() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::move(leaders_);
+}
+
+void ProcessGroupNeuron::Hierarchy::drop_leaders(const std::string& why) {
+  c10::intrusive_ptr<c10d::Backend> leaders;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (dropped_.empty()) dropped_ = why.empty() ? "unknown error" : why;
+    leaders = std::move(leaders_);
+  }
+  // Destroying it closes its connections once Gloo's thread is free; that join happens on
+  // a thread of its own.
+  if (leaders) std::thread([leaders = std::move(leaders)]() mutable { leaders.reset(); }).detach();
+}
+
 void ProcessGroupNeuron::note_transport_work(const c10::intrusive_ptr<c10d::Work>& work) {
   if (!shm_ && !hierarchy_) return;
   std::lock_guard<std::mutex> lock(transport_mutex_);
@@ -1184,7 +1250,13 @@ void ProcessGroupNeuron::wait_transport_works() {
 void ProcessGroupNeuron::setTimeout(std::chrono::milliseconds timeout) {
   options_->timeout = timeout;
   transport_->setTimeout(timeout);
-  if (hierarchy_ && hierarchy_->leaders) hierarchy_->leaders->setTimeout(timeout);
+  if (hierarchy_ && hierarchy_->leader) {
+    try {
+      hierarchy_->leaders()->setTimeout(timeout);
+    } catch (const neuron_rt::Error&) {
+      // dropped after a failure: the group is not usable any more
+    }
+  }
 }
 
 std::string ProcessGroupNeuron::describe(const std::string& collective) const {
@@ -1212,10 +1284,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
       const int root_host = hierarchy_->host_of[root], root_index = hierarchy_->local_index[root];
       const bool root_here = hierarchy_->host_of[rank_] == root_host;
       views = call.staged(views, /*receives=*/rank_ != root);
-      return call.run_hierarchical([views, root_host, root_index, root_here](Hierarchy& hierarchy, Milliseconds left) {
+      return call.run_hierarchical([views, root_host, root_index, root_here](ProcessGroupNeuron& group, Hierarchy& hierarchy,
+                                                                             Clock::time_point deadline) {
         const at::Tensor& view = views[0];
         if (root_here && hierarchy.local) hierarchy.local->broadcast(view.data_ptr(), view.nbytes(), root_index);
-        across_hosts(hierarchy, [&](c10d::Backend& leaders) {
+        across_hosts(group, hierarchy, deadline, [&](c10d::Backend& leaders, Milliseconds left) {
           c10d::BroadcastOptions options;
           options.rootRank = root_host;
           options.timeout = left;
@@ -1243,8 +1316,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
       const auto kind = *shared_reduction(reduction.transport_op);
       sent = call.staged(sent, /*receives=*/true);
       if (hierarchy_) {
-        return call.run_hierarchical([sent, kind, op = reduction.transport_op](Hierarchy& hierarchy, Milliseconds left) {
-          all_reduce_across_hosts(hierarchy, sent, kind, op, left);
+        return call.run_hierarchical([sent, kind, op = reduction.transport_op](ProcessGroupNeuron& group,
+                                                                               Hierarchy& hierarchy,
+                                                                               Clock::time_point deadline) {
+          all_reduce_across_hosts(group, hierarchy, sent, kind, op, deadline);
         }, tensors);
       }
       return call.run_shared([sent, kind](neuron_rt::ShmGroup& group) {
@@ -1270,8 +1345,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vect
       const auto kind = *shared_reduction(reduction.transport_op);
       sent = call.staged(sent, /*receives=*/true);
       if (hierarchy_) {
-        return call.run_hierarchical([sent, kind, op = reduction.transport_op](Hierarchy& hierarchy, Milliseconds left) {
-          all_reduce_across_hosts(hierarchy, sent, kind, op, left);
+        return call.run_hierarchical([sent, kind, op = reduction.transport_op](ProcessGroupNeuron& group,
+                                                                               Hierarchy& hierarchy,
+                                                                               Clock::time_point deadline) {
+          all_reduce_across_hosts(group, hierarchy, sent, kind, op, deadline);
         }, tensors);
       }
       return call.run_shared([sent, kind](neuron_rt::ShmGroup& group) {
@@ -1535,9 +1612,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOp
     // The work queued on this rank's device before the barrier has run when it returns.
     if (shm_) return call.run_shared([](neuron_rt::ShmGroup& group) { group.barrier(); }, std::vector<at::Tensor>());
     if (hierarchy_) {
-      return call.run_hierarchical([](Hierarchy& hierarchy, Milliseconds left) {
+      return call.run_hierarchical([](ProcessGroupNeuron& group, Hierarchy& hierarchy, Clock::time_point deadline) {
         if (hierarchy.local) hierarchy.local->barrier();
-        across_hosts(hierarchy, [&](c10d::Backend& leaders) {
+        across_hosts(group, hierarchy, deadline, [&](c10d::Backend& leaders, Milliseconds left) {
           c10d::BarrierOptions options;
           options.timeout = left;
           return std::vector<c10::intrusive_ptr<c10d::Work>>{leaders.barrier(options)};
@@ -1588,7 +1665,14 @@ void ProcessGroupNeuron::abort() {
     if (auto work = weak.lock()) work->abort();
   }
   transport_->abort();
-  if (hierarchy_ && hierarchy_->leaders) hierarchy_->leaders->abort();
+  if (hierarchy_) {
+    if (auto leaders = hierarchy_->take_leaders()) {
+      // Gloo's abort does not end a transfer; its thread is joined elsewhere (destroying it
+      // here would wait for that transfer), and the group fails its later collectives.
+      hierarchy_->drop_leaders("abort() was called");
+      std::thread([leaders = std::move(leaders)]() mutable { leaders.reset(); }).detach();
+    }
+  }
 }
 void ProcessGroupNeuron::shutdown() { transport_->shutdown(); }
 

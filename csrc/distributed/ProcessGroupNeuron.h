@@ -128,9 +128,25 @@ class ProcessGroupNeuron final : public c10d::Backend {
     std::vector<int> host_of;      // per rank of the group
     std::vector<int> local_index;  // per rank: its index among its host's ranks
     int host_count = 0;
+    bool leader = false;                           // this rank is its host's first
     std::unique_ptr<neuron_rt::ShmGroup> local;    // this host's ranks; null when alone here
-    c10::intrusive_ptr<c10d::Backend> leaders;     // on a host's first rank only
     std::atomic<uint64_t> calls{0};                // collectives run this way (tests check it)
+
+    // The leaders' Gloo group (a leader's; null elsewhere); raises once it was dropped.
+    c10::intrusive_ptr<c10d::Backend> leaders() const;
+    void set_leaders(c10::intrusive_ptr<c10d::Backend> leaders);
+    // After a failure on this leader: closes its connections to the other leaders (their
+    // pending and later steps fail at once, as if this process had died) and fails its
+    // later collectives with `why`. Gloo's threads are joined elsewhere (one may still be in
+    // a transfer until its own timeout).
+    void drop_leaders(const std::string& why);
+    // Takes the leaders' group (null once dropped), for teardown.
+    c10::intrusive_ptr<c10d::Backend> take_leaders();
+
+   private:
+    mutable std::mutex mutex_;
+    c10::intrusive_ptr<c10d::Backend> leaders_;
+    std::string dropped_;  // why, once dropped
   };
   Hierarchy* hierarchy() const { return hierarchy_.get(); }
 

@@ -38,22 +38,25 @@ def process_device():
         "NEURON_RT_VISIBLE_CORES")
 
 
-# How many times each group name was made in this process. Group names repeat after
-# destroy_process_group(), and the store keeps the keys the previous transport's rendezvous
-# wrote: a transport that read them would connect to ports now closed. Every member of a
-# group makes it the same number of times, so its members agree on the prefix (a count of
-# all groups would not do: a rank makes only the groups it belongs to).
-_made = {}
+# How many default groups this process has made (its "session"). Group names repeat after
+# destroy_process_group() (new_group() counts from 1 again), and the store keeps the keys the
+# previous transport's rendezvous wrote: a transport that read them would connect to ports now
+# closed. Every rank makes the default group the same number of times, so the members of any
+# group agree on its prefix. (A count per group name would not do: new_group() names a group
+# on every rank, but only its members make it, so a name first used for a group without this
+# rank would later get different counts on its members: review 11, finding 3.)
+_session = 0
 
 
 def _create_process_group(options, backend_options=None):
     """The creator registered with torch.distributed (extended API: `options` is a
     _DistributedBackendOptions)."""
+    global _session
     device = process_device()
     if not dist.is_initialized():  # the default group is being made
         torch.neuron.set_device(device)
-    generation = _made[options.group_id] = _made.get(options.group_id, 0) + 1
-    store = dist.PrefixStore(f"neuron/{options.group_id}/{generation}/", options.store)
+        _session += 1
+    store = dist.PrefixStore(f"neuron/{_session}/{options.group_id}/", options.store)
     rank, size, timeout = options.group_rank, options.group_size, options.timeout
     transport = _gloo(store, rank, size, timeout)
     hosts = _hosts(store, rank, size)
