@@ -172,3 +172,35 @@ def test_static_cache_update_is_in_place(monkeypatch, tmp_path):
     total, (summary,) = programs_of(update, cache, position, states)
     assert "aten::index_copy_" in summary["ops"] and "aten::index_copy" not in summary["ops"]
     assert total.item() == 8.0 and cache[0, :, 3].sum().item() == 8.0 and cache.sum().item() == 8.0
+
+
+def test_rotary_concatenation_and_static_cache_update_run_as_direct_kernels(monkeypatch, tmp_path):
+    """rotate_half's cat and a static KV cache's index_copy_ (a decode step's) call their CPU
+    kernels directly, not through the dispatcher; results equal eager CPU, also on a second call."""
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+
+    def step(cache, position, key, x):
+        cache.index_copy_(2, position, key)
+        x1, x2 = x[..., :4], x[..., 4:]
+        return torch.cat((-x2, x1), dim=-1) * x
+
+    payloads = []
+    original = backend.debug.preserve
+
+    def keep(name, gm, payload):
+        payloads.append(payload)
+        original(name, gm, payload)
+    monkeypatch.setattr(backend.debug, "preserve", keep)
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="neuron", fullgraph=True)
+    cache, cache_cpu = torch.zeros(1, 2, 6, 8, device="neuron"), torch.zeros(1, 2, 6, 8)
+    for position in (3, 4):
+        key, x = torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8)
+        index = torch.tensor([position])
+        got = compiled(cache, index.to("neuron"), key.to("neuron"), x.to("neuron"))
+        expected = step(cache_cpu, index, key, x)
+        assert torch.equal(got.cpu(), expected) and torch.equal(cache.cpu(), cache_cpu)
+    (payload,) = payloads
+    program = _C.Program(payload, 0)
+    assert "aten::cat" in _C.describe_program(payload)["ops"]
+    assert program.dispatched_nodes == 0, _C.describe_program(payload)["ops"]

@@ -194,6 +194,30 @@ Direct direct_kernel(const std::string& name, const ProgramExecutor::Step& step)
   if (name == "aten::copy_" && b >= 0) {  // in place, into its first argument
     return [=](const auto&, const Get& v) { const_cast<at::Tensor&>(v(a)).copy_(v(b)); };
   }
+  if (name == "aten::index_copy_" && a >= 0 && c >= 0 && t(3) >= 0) {  // in place (a static KV cache's update)
+    const int64_t dim = args[1].toInt();
+    const int source = t(3);
+    return [=](const auto&, const Get& v) { at::cpu::index_copy_(const_cast<at::Tensor&>(v(a)), dim, v(c), v(source)); };
+  }
+  if (name == "aten::cat" && out >= 0) {  // its list, in order (rotary's rotate_half, the KV concatenations)
+    std::vector<int> parts;
+    for (const auto& slot : step.tensors) {
+      if (slot.position != 0 || slot.list_index < 0) continue;
+      if (slot.value < 0) return nullptr;
+      if (static_cast<size_t>(slot.list_index) >= parts.size()) parts.resize(slot.list_index + 1, -1);
+      parts[slot.list_index] = slot.value;
+    }
+    for (int part : parts) {
+      if (part < 0) return nullptr;
+    }
+    const int64_t dim = args[1].toInt();
+    return [=](const auto&, const Get& v) {
+      std::vector<at::Tensor> tensors;
+      tensors.reserve(parts.size());
+      for (int part : parts) tensors.push_back(v(part));
+      at::cpu::cat_out(const_cast<at::Tensor&>(v(out)), tensors, dim);
+    };
+  }
   return nullptr;
 }
 
@@ -343,8 +367,11 @@ void ProgramExecutor::build() {
       if (slot.value >= 0 && values[slot.value].on_host) all_device = false;
     }
     if (!step->generators.empty() || name.rfind("aten::", 0) != 0) runs_inline_ = true;  // random / non-ATen
-    const bool in_place = node.op == "aten::copy_";
-    if ((slot_output || in_place) && all_device && step->tensor_lists.empty()) step->direct = direct_kernel(node.op, *step);
+    const bool in_place = node.op == "aten::copy_" || node.op == "aten::index_copy_";
+    const bool cat_list = node.op == "aten::cat" && step->tensor_lists == std::vector<size_t>{0};
+    if ((slot_output || in_place) && all_device && (step->tensor_lists.empty() || cat_list)) {
+      step->direct = direct_kernel(node.op, *step);
+    }
     steps_.push_back(std::move(step));
   }
 }
