@@ -308,19 +308,24 @@ std::function<void()> averaging(std::vector<at::Tensor> views, int size) {
 // them: the user's code, which may block). A task never waits for a busy thread: when every
 // thread is busy a new one starts. Threads left idle for a minute end. One pool per process
 // (a forked child makes its own: the parent's threads are not in it).
+// One T per process, made at first use; a forked child makes its own (its parent's threads
+// are not in it). Never freed: detached threads may still use it at exit.
+template <typename T>
+T& per_process() {
+  static std::mutex made;
+  static T* instance = nullptr;
+  static pid_t owner = 0;
+  std::lock_guard<std::mutex> lock(made);
+  if (!instance || owner != getpid()) {
+    instance = new T();
+    owner = getpid();
+  }
+  return *instance;
+}
+
 class CompletionThreads {
  public:
-  static CompletionThreads& get() {
-    static std::mutex made;
-    static CompletionThreads* threads = nullptr;
-    static pid_t owner = 0;
-    std::lock_guard<std::mutex> lock(made);
-    if (!threads || owner != getpid()) {  // leaked: detached threads may still use it at exit
-      threads = new CompletionThreads();
-      owner = getpid();
-    }
-    return *threads;
-  }
+  static CompletionThreads& get() { return per_process<CompletionThreads>(); }
 
   void post(std::function<void()> task) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -377,17 +382,7 @@ class CompletionThreads {
 // Nothing waits for a release, so one blocked on the GIL holds up only the releases behind it.
 class Releaser {
  public:
-  static Releaser& get() {
-    static std::mutex made;
-    static Releaser* releaser = nullptr;
-    static pid_t owner = 0;
-    std::lock_guard<std::mutex> lock(made);
-    if (!releaser || owner != getpid()) {  // leaked: its thread may still use it at exit
-      releaser = new Releaser();
-      owner = getpid();
-    }
-    return *releaser;
-  }
+  static Releaser& get() { return per_process<Releaser>(); }
 
   void post(std::function<void()> release) {
     std::lock_guard<std::mutex> lock(mutex_);
