@@ -998,6 +998,12 @@ c10::intrusive_ptr<c10d::Work> all_gather_tensors(Call& call, c10d::Backend& tra
 
 using Hierarchy = ProcessGroupNeuron::Hierarchy;
 
+// Destroys a Gloo group on a thread of its own: destroying one joins its thread, which may be
+// in a transfer until Gloo's own timeout.
+void destroy_elsewhere(c10::intrusive_ptr<c10d::Backend> group) {
+  if (group) std::thread([group = std::move(group)]() mutable { group.reset(); }).detach();
+}
+
 // The leaders' Gloo step, on a host's first rank (nothing elsewhere): `start` issues the Gloo
 // works with the time left before `deadline`, and they are waited for here, until they end,
 // the deadline passes or the group is aborted (Gloo's wait would hold the communication
@@ -1006,12 +1012,11 @@ void across_hosts(ProcessGroupNeuron& group, Hierarchy& hierarchy, Clock::time_p
                   const std::function<std::vector<c10::intrusive_ptr<c10d::Work>>(c10d::Backend&, Milliseconds)>& start) {
   if (!hierarchy.leader) return;
   c10::intrusive_ptr<c10d::Backend> leaders = hierarchy.leaders();
-  // This thread must not drop the last reference (abort() or a failure took the group's):
-  // destroying a Gloo group joins its thread, which may be in a transfer until Gloo's timeout.
+  // This thread must not drop the last reference (abort() or a failure took the group's).
   struct NotLast {
     c10::intrusive_ptr<c10d::Backend>& group;
     ~NotLast() {
-      if (group && group.use_count() == 1) std::thread([group = std::move(group)]() mutable { group.reset(); }).detach();
+      if (group && group.use_count() == 1) destroy_elsewhere(std::move(group));
     }
   } not_last{leaders};
   const auto left = std::max(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(deadline - Clock::now()));
@@ -1104,7 +1109,6 @@ ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transpo
       } else if (static_cast<int>(hosts.size()) > host_count) {  // some host has several ranks
         hierarchy_ = std::make_unique<Hierarchy>();
         hierarchy_->host_of = hosts;
-        hierarchy_->host_count = host_count;
         std::vector<int> seen(host_count, 0);
         for (int host : hosts) hierarchy_->local_index.push_back(seen[host]++);
         const int here = hosts[rank];
@@ -1217,9 +1221,8 @@ void ProcessGroupNeuron::Hierarchy::drop_leaders(const std::string& why) {
     if (dropped_.empty()) dropped_ = why.empty() ? "unknown error" : why;
     leaders = std::move(leaders_);
   }
-  // Destroying it closes its connections once Gloo's thread is free; that join happens on
-  // a thread of its own.
-  if (leaders) std::thread([leaders = std::move(leaders)]() mutable { leaders.reset(); }).detach();
+  // Destroying it closes its connections once Gloo's thread is free.
+  destroy_elsewhere(std::move(leaders));
 }
 
 void ProcessGroupNeuron::note_transport_work(const c10::intrusive_ptr<c10d::Work>& work) {
@@ -1660,14 +1663,9 @@ void ProcessGroupNeuron::abort() {
     if (auto work = weak.lock()) work->abort();
   }
   transport_->abort();
-  if (hierarchy_) {
-    if (auto leaders = hierarchy_->take_leaders()) {
-      // Gloo's abort does not end a transfer; its thread is joined elsewhere (destroying it
-      // here would wait for that transfer), and the group fails its later collectives.
-      hierarchy_->drop_leaders("abort() was called");
-      std::thread([leaders = std::move(leaders)]() mutable { leaders.reset(); }).detach();
-    }
-  }
+  // Gloo's abort does not end a transfer: the leaders' group is dropped (destroyed on a thread
+  // of its own), and the group fails its later collectives.
+  if (hierarchy_) hierarchy_->drop_leaders("abort() was called");
 }
 void ProcessGroupNeuron::shutdown() { transport_->shutdown(); }
 

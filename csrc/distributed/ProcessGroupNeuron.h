@@ -67,10 +67,11 @@
 // host again (a broadcast from the leader). Allreduce: local allreduce, leaders' allreduce,
 // local broadcast; so each byte crosses the network once per host, not once per rank. Broadcast:
 // inside the root's host, then between leaders, then inside the other hosts. The steps run
-// as one task on the communication thread, so the group's one order holds. A leader whose
-// Gloo step fails aborts its host's shared memory with the error, so the host's other ranks
-// fail at once instead of at the deadline. The other collectives of such a group run on Gloo
-// over the whole group.
+// as one task on the communication thread, so the group's one order holds. A rank whose step
+// fails aborts its host's shared memory with the error, and a leader also closes its
+// connections to the other leaders, so every rank of every host fails at once instead of at
+// the deadline; abort() ends a leader's pending step across hosts. The other collectives of
+// such a group run on Gloo over the whole group.
 //
 // Thread safety: as c10d requires, every rank issues the group's collectives in the same
 // order; a Work may be waited for from any thread.
@@ -127,7 +128,6 @@ class ProcessGroupNeuron final : public c10d::Backend {
   struct Hierarchy {
     std::vector<int> host_of;      // per rank of the group
     std::vector<int> local_index;  // per rank: its index among its host's ranks
-    int host_count = 0;
     bool leader = false;                           // this rank is its host's first
     std::unique_ptr<neuron_rt::ShmGroup> local;    // this host's ranks; null when alone here
     std::atomic<uint64_t> calls{0};                // collectives run this way (tests check it)
