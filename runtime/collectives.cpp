@@ -332,10 +332,12 @@ std::unique_ptr<ShmGroup> ShmGroup::create(Rendezvous& rendezvous, const std::st
     throw Error(ErrorCode::kInvalidArgument, "NEURON_SIM_SHM_SLOT_BYTES=" + std::to_string(options.slot_bytes) +
                                                  ": give a multiple of 64 of at least 4096 bytes");
   }
-  const std::string here = host_key();
-  rendezvous.set(prefix + "host/" + std::to_string(rank), here);
-  for (int other = 0; other < size; ++other) {
-    if (rendezvous.get(prefix + "host/" + std::to_string(other), options.timeout) != here) return nullptr;
+  if (!options.same_host) {
+    const std::string here = host_key();
+    rendezvous.set(prefix + "host/" + std::to_string(rank), here);
+    for (int other = 0; other < size; ++other) {
+      if (rendezvous.get(prefix + "host/" + std::to_string(other), options.timeout) != here) return nullptr;
+    }
   }
 
   std::unique_ptr<ShmGroup> group(new ShmGroup(rank, size, options));

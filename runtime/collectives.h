@@ -83,10 +83,14 @@ class ShmGroup {
     int memory_fd = -1;
     const void* memory_base = nullptr;
     size_t memory_length = 0;
+    // The caller already knows every rank is on this host (the process group exchanged
+    // host_key() through the store): no second exchange.
+    bool same_host = false;
   };
 
   // Collective over the group's ranks. Returns null (and every rank agrees) when the ranks
-  // are not all on this host (host_key()), or when `size` is 1. `prefix` makes the
+  // are not all on this host (host_key(); not checked with Options::same_host), or when
+  // `size` is 1. `prefix` makes the
   // rendezvous keys unique to this group.
   static std::unique_ptr<ShmGroup> create(Rendezvous& rendezvous, const std::string& prefix, int rank, int size,
                                           const Options& options);

@@ -1103,6 +1103,7 @@ ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transpo
     TORCH_CHECK(hosts.empty() || static_cast<int>(hosts.size()) == size, "neuron process group: ", hosts.size(),
                 " hosts given for ", size, " ranks");
     const int host_count = hosts.empty() ? 1 : *std::max_element(hosts.begin(), hosts.end()) + 1;
+    shm_options.same_host = !hosts.empty();  // the hosts were exchanged already (distributed.py)
     try {
       if (host_count <= 1) {
         shm_ = neuron_rt::ShmGroup::create(rendezvous, "shm/", rank, size, shm_options);

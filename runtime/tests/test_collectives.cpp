@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -335,6 +336,21 @@ TEST(ShmCollectives, RanksOnOtherHostsGetNoGroupAndAStaleSegmentIsRemoved) {
   { std::ofstream(stale) << "left by a rank 0 that died"; }
   run_ranks(2, [](int, ShmGroup& group) { group.barrier(); });
   EXPECT_FALSE(std::filesystem::exists(stale));
+}
+
+TEST(ShmCollectives, ACallerThatKnowsTheHostsSkipsTheHostKeyExchange) {
+  // The process group exchanged host keys already (distributed.py): with Options::same_host
+  // no key goes through the store, even one that would say "elsewhere".
+  MemoryRendezvous store;
+  std::atomic<int> host_keys{0};
+  store.rewrite = [&](const std::string& key, const std::string& value) {
+    if (key.rfind("t/host/", 0) == 0) ++host_keys;
+    return key == "t/host/1" ? value + "-elsewhere" : value;
+  };
+  ShmGroup::Options options = small_slots();
+  options.same_host = true;
+  run_ranks(2, [](int, ShmGroup& group) { group.barrier(); }, options, &store);
+  EXPECT_EQ(host_keys.load(), 0);
 }
 
 TEST(ShmCollectives, BadSlotSizeIsRefusedWithTheSetting) {
