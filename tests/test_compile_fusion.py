@@ -204,3 +204,30 @@ def test_rotary_concatenation_and_static_cache_update_run_as_direct_kernels(monk
     program = _C.Program(payload, 0)
     assert "aten::cat" in _C.describe_program(payload)["ops"]
     assert program.dispatched_nodes == 0, _C.describe_program(payload)["ops"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64], ids=str)
+def test_ops_with_a_python_number_run_as_direct_kernels(dtype, monkeypatch, tmp_path):
+    """x * 0.125, x + eps, x - 2, x / 3 (attention scaling, a norm's epsilon) call their CPU
+    kernels directly with the number as a wrapped scalar: the tensor's dtype wins, as in eager."""
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("NEURON_SIM_FUSION", "0")  # each op its own step
+
+    def f(x):
+        return x * 0.125, x + 1e-3, x - 2, x / 3, x * 3, 2.5 + x
+
+    x = (torch.randn(3, 8) * 8).to(dtype)
+    payloads = []
+    original = backend.debug.preserve
+
+    def keep(name, gm, payload):
+        payloads.append(payload)
+        original(name, gm, payload)
+    monkeypatch.setattr(backend.debug, "preserve", keep)
+    torch._dynamo.reset()
+    got = torch.compile(f, backend="neuron", fullgraph=True)(x.to("neuron"))
+    for g, e in zip(got, f(x)):
+        assert g.dtype == e.dtype and torch.equal(g.cpu(), e), (g, e)
+    (payload,) = payloads
+    ops = _C.describe_program(payload)["ops"]
+    assert _C.Program(payload, 0).dispatched_nodes == 0, ops

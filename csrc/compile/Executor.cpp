@@ -160,6 +160,23 @@ Direct direct_kernel(const std::string& name, const ProgramExecutor::Step& step)
     }
     return [=](const auto&, const Get& v) { at::cpu::sub_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), alpha); };
   }
+  // A Python number as the second operand (x * 0.125, x + eps): build() made it a wrapped-number
+  // tensor, as eager does, so the tensor's dtype wins (TensorIterator's promotion).
+  if (a >= 0 && out >= 0 && b < 0 && args.size() > 1 && args[1].isTensor() &&
+      args[1].toTensor().unsafeGetTensorImpl()->is_wrapped_number() &&
+      (name == "aten::add.Tensor" || name == "aten::sub.Tensor" || name == "aten::mul.Tensor" ||
+       name == "aten::div.Tensor")) {
+    const at::Tensor scalar = args[1].toTensor();
+    if (name == "aten::add.Tensor" || name == "aten::sub.Tensor") {
+      const at::Scalar alpha = args[2].toScalar();
+      if (name == "aten::add.Tensor") {
+        return [=](const auto&, const Get& v) { at::cpu::add_out(const_cast<at::Tensor&>(v(out)), v(a), scalar, alpha); };
+      }
+      return [=](const auto&, const Get& v) { at::cpu::sub_out(const_cast<at::Tensor&>(v(out)), v(a), scalar, alpha); };
+    }
+    if (name == "aten::mul.Tensor") return [=](const auto&, const Get& v) { at::cpu::mul_out(const_cast<at::Tensor&>(v(out)), v(a), scalar); };
+    return [=](const auto&, const Get& v) { at::cpu::div_out(const_cast<at::Tensor&>(v(out)), v(a), scalar); };
+  }
   if (b >= 0 && name == "aten::mul.Tensor") return [=](const auto&, const Get& v) { at::cpu::mul_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
   if (b >= 0 && name == "aten::div.Tensor") return [=](const auto&, const Get& v) { at::cpu::div_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
   if (name == "aten::neg") return [=](const auto&, const Get& v) { at::cpu::neg_out(const_cast<at::Tensor&>(v(out)), v(a)); };
