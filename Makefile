@@ -80,8 +80,11 @@ test-runtime-sanitizers: deps
 	$(call runtime_suite,build-asan,RelWithDebInfo,address,ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
 	$(call runtime_suite,build-tsan,RelWithDebInfo,thread,TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1)
 
+# Two workers (pytest-xdist), a test file on one worker at a time: the suites spend much of
+# their time waiting for the child processes they start, so two share the machine's cores.
+XDIST := -n 2 --dist loadfile
 test-python: build
-	$(PY) -m pytest -q tests -m "not distributed_extra"
+	$(PY) -m pytest -q $(XDIST) tests -m "not distributed_extra"
 
 # The longer distributed cases (4 ranks, every transport, training, hosts in network
 # namespaces, killed ranks): CI runs them after `make test`.
@@ -93,8 +96,8 @@ test-distributed: build
 GUARDED_TESTS := tests/test_ops.py tests/test_generate.py tests/test_autograd_amp.py tests/test_memory.py \
 	tests/test_serialization.py tests/test_streams.py tests/test_rng.py
 test-python-guarded: build
-	NEURON_SIM_MEMORY_GUARD=1 $(PY) -m pytest -q -p no:cacheprovider $(GUARDED_TESTS)
-	NEURON_SIM_MEMORY_GUARD=1 NEURON_LAUNCH_BLOCKING=0 NEURON_SIM_INLINE_BYTES=0 $(PY) -m pytest -q -p no:cacheprovider $(GUARDED_TESTS)
+	NEURON_SIM_MEMORY_GUARD=1 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(GUARDED_TESTS)
+	NEURON_SIM_MEMORY_GUARD=1 NEURON_LAUNCH_BLOCKING=0 NEURON_SIM_INLINE_BYTES=0 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(GUARDED_TESTS)
 
 clean:
 	rm -rf build build-runtime build-asan build-tsan python/torch_neuron_sim/_C*.so $(EXTENSION) *.egg-info python/*.egg-info
