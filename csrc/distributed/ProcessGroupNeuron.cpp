@@ -375,8 +375,9 @@ class CompletionThreads {
 // threads hand their references to the releaser thread, which drops them: a collective's
 // tensors the caller dropped may count in memory_allocated() for a moment after it ended.
 // Once Python is finalizing, taking the GIL ends the calling thread (pthread_exit), which
-// unwinding through a destructor turns into std::terminate: what is still held then is
-// left to the process's exit.
+// unwinding through a destructor turns into std::terminate: the releaser takes the GIL
+// before it drops anything (so the thread just ends), and what is still held then is left
+// to the process's exit.
 // One thread per process drops them, in order (review 10, finding 4: with a completion
 // thread per release, a long GIL hold piled up one blocked thread per finished collective).
 // Nothing waits for a release, so one blocked on the GIL holds up only the releases behind it.
@@ -419,7 +420,14 @@ void release_off_transport(Held&&... held) {
   auto* kept = new std::tuple<std::decay_t<Held>...>(std::move(held)...);
   Releaser::get().post([kept] {
     if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // left to the exit
+    // The GIL is taken here, not inside the destructors below: Python may begin finalizing
+    // after the check above, and taking the GIL then ends this thread (pthread_exit), whose
+    // unwinding through a destructor (noexcept) was std::terminate at the process's exit
+    // (tests/dist_review/06, 1 round in 6). Here it just ends the thread; `kept` is left to
+    // the exit. With the GIL held, the destructors' own acquisitions do not wait.
+    const PyGILState_STATE gil = PyGILState_Ensure();
     delete kept;
+    PyGILState_Release(gil);
   });
 }
 
