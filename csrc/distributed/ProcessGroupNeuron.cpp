@@ -387,6 +387,7 @@ class Releaser {
 
   void post(std::function<void()> release) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return;  // after drain_for_exit(): left to the exit
     queue_.push_back(std::move(release));
     if (!started_) {
       started_ = true;
@@ -402,18 +403,43 @@ class Releaser {
       ready_.wait(lock, [&] { return !queue_.empty(); });
       std::function<void()> release = std::move(queue_.front());
       queue_.pop_front();
+      running_ = true;
       lock.unlock();
       release();
       release = nullptr;
       lock.lock();
+      running_ = false;
+      if (queue_.empty()) idle_.notify_all();
     }
   }
 
+ public:
+  // Python's atexit, before the interpreter starts finalizing (called without the GIL): the
+  // queued releases run (they take the GIL), and later ones are left to the exit. Dropping a
+  // tensor may release and retake the GIL inside its destructors (THPVariable's dealloc), and
+  // retaking it once Python finalizes ends the thread there: std::terminate (make
+  // test-distributed, "gloo only", about 1 run in 7, even with the GIL taken first).
+  void drain_for_exit(std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_.wait_for(lock, limit, [&] { return queue_.empty() && !running_; });
+    closed_ = true;
+  }
+
+ private:
   std::mutex mutex_;
   std::condition_variable ready_;
+  std::condition_variable idle_;
   std::deque<std::function<void()>> queue_;
   bool started_ = false;
+  bool running_ = false;
+  bool closed_ = false;
 };
+
+}  // namespace
+
+void drain_releases_for_exit() { Releaser::get().drain_for_exit(std::chrono::seconds(10)); }
+
+namespace {
 
 template <typename... Held>
 void release_off_transport(Held&&... held) {
