@@ -93,6 +93,18 @@ def rms_norm(x, weight):
     return weight * (x.float() * torch.rsqrt(variance + 1e-6)).to(x.dtype)
 
 
+def kept_payloads(monkeypatch):
+    """The list that receives each program compiled from now on (this test only)."""
+    payloads = []
+    original = backend.debug.preserve
+
+    def keep(name, gm, payload):
+        payloads.append(payload)
+        original(name, gm, payload)
+    monkeypatch.setattr(backend.debug, "preserve", keep)
+    return payloads
+
+
 def programs_of(fn, *args):
     """Compiles fn; returns (result, [program summaries])."""
     summaries = []
@@ -184,13 +196,7 @@ def test_rotary_concatenation_and_static_cache_update_run_as_direct_kernels(monk
         x1, x2 = x[..., :4], x[..., 4:]
         return torch.cat((-x2, x1), dim=-1) * x
 
-    payloads = []
-    original = backend.debug.preserve
-
-    def keep(name, gm, payload):
-        payloads.append(payload)
-        original(name, gm, payload)
-    monkeypatch.setattr(backend.debug, "preserve", keep)
+    payloads = kept_payloads(monkeypatch)
     torch._dynamo.reset()
     compiled = torch.compile(step, backend="neuron", fullgraph=True)
     cache, cache_cpu = torch.zeros(1, 2, 6, 8, device="neuron"), torch.zeros(1, 2, 6, 8)
@@ -217,13 +223,7 @@ def test_ops_with_a_python_number_run_as_direct_kernels(dtype, monkeypatch, tmp_
         return x * 0.125, x + 1e-3, x - 2, x / 3, x * 3, 2.5 + x
 
     x = (torch.randn(3, 8) * 8).to(dtype)
-    payloads = []
-    original = backend.debug.preserve
-
-    def keep(name, gm, payload):
-        payloads.append(payload)
-        original(name, gm, payload)
-    monkeypatch.setattr(backend.debug, "preserve", keep)
+    payloads = kept_payloads(monkeypatch)
     torch._dynamo.reset()
     got = torch.compile(f, backend="neuron", fullgraph=True)(x.to("neuron"))
     for g, e in zip(got, f(x)):

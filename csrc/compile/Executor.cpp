@@ -153,32 +153,24 @@ Direct direct_kernel(const std::string& name, const ProgramExecutor::Step& step)
     const at::Scalar beta = args[3].toScalar(), alpha = args[4].toScalar();
     return [=](const auto&, const Get& v) { at::cpu::addmm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), v(c), beta, alpha); };
   }
-  if (b >= 0 && (name == "aten::add.Tensor" || name == "aten::sub.Tensor")) {
-    const at::Scalar alpha = args[2].toScalar();
-    if (name == "aten::add.Tensor") {
-      return [=](const auto&, const Get& v) { at::cpu::add_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), alpha); };
-    }
-    return [=](const auto&, const Get& v) { at::cpu::sub_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), alpha); };
-  }
-  // A Python number as the second operand (x * 0.125, x + eps): build() made it a wrapped-number
-  // tensor, as eager does, so the tensor's dtype wins (TensorIterator's promotion).
-  if (a >= 0 && out >= 0 && b < 0 && args.size() > 1 && args[1].isTensor() &&
-      args[1].toTensor().unsafeGetTensorImpl()->is_wrapped_number() &&
-      (name == "aten::add.Tensor" || name == "aten::sub.Tensor" || name == "aten::mul.Tensor" ||
-       name == "aten::div.Tensor")) {
-    const at::Tensor scalar = args[1].toTensor();
+  // add/sub/mul/div: the second operand is a value, or a Python number (x * 0.125, x + eps)
+  // that build() made a wrapped-number tensor, as eager does (the tensor's dtype wins).
+  const bool number = a >= 0 && out >= 0 && b < 0 && args.size() > 1 && args[1].isTensor() &&
+                      args[1].toTensor().unsafeGetTensorImpl()->is_wrapped_number();
+  if ((b >= 0 || number) && (name == "aten::add.Tensor" || name == "aten::sub.Tensor" ||
+                             name == "aten::mul.Tensor" || name == "aten::div.Tensor")) {
+    const at::Tensor scalar = number ? args[1].toTensor() : at::Tensor();
+    auto second = [b, scalar](const Get& v) -> const at::Tensor& { return b >= 0 ? v(b) : scalar; };
     if (name == "aten::add.Tensor" || name == "aten::sub.Tensor") {
       const at::Scalar alpha = args[2].toScalar();
       if (name == "aten::add.Tensor") {
-        return [=](const auto&, const Get& v) { at::cpu::add_out(const_cast<at::Tensor&>(v(out)), v(a), scalar, alpha); };
+        return [=](const auto&, const Get& v) { at::cpu::add_out(const_cast<at::Tensor&>(v(out)), v(a), second(v), alpha); };
       }
-      return [=](const auto&, const Get& v) { at::cpu::sub_out(const_cast<at::Tensor&>(v(out)), v(a), scalar, alpha); };
+      return [=](const auto&, const Get& v) { at::cpu::sub_out(const_cast<at::Tensor&>(v(out)), v(a), second(v), alpha); };
     }
-    if (name == "aten::mul.Tensor") return [=](const auto&, const Get& v) { at::cpu::mul_out(const_cast<at::Tensor&>(v(out)), v(a), scalar); };
-    return [=](const auto&, const Get& v) { at::cpu::div_out(const_cast<at::Tensor&>(v(out)), v(a), scalar); };
+    if (name == "aten::mul.Tensor") return [=](const auto&, const Get& v) { at::cpu::mul_out(const_cast<at::Tensor&>(v(out)), v(a), second(v)); };
+    return [=](const auto&, const Get& v) { at::cpu::div_out(const_cast<at::Tensor&>(v(out)), v(a), second(v)); };
   }
-  if (b >= 0 && name == "aten::mul.Tensor") return [=](const auto&, const Get& v) { at::cpu::mul_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
-  if (b >= 0 && name == "aten::div.Tensor") return [=](const auto&, const Get& v) { at::cpu::div_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
   if (name == "aten::neg") return [=](const auto&, const Get& v) { at::cpu::neg_out(const_cast<at::Tensor&>(v(out)), v(a)); };
   if (name == "aten::rsqrt") return [=](const auto&, const Get& v) { at::cpu::rsqrt_out(const_cast<at::Tensor&>(v(out)), v(a)); };
   if (name == "aten::silu") return [=](const auto&, const Get& v) { at::cpu::silu_out(const_cast<at::Tensor&>(v(out)), v(a)); };
