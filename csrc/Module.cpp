@@ -78,6 +78,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_init", [] { runtime(); });
   m.def("_is_in_bad_fork", [] { return neuron_rt::Runtime::in_bad_fork(); });
   m.def("_is_initialized", [] { return neuron_rt::Runtime::initialized(); });
+  m.def("_quiesce_for_exit", &quiesce_for_exit, py::call_guard<py::gil_scoped_release>(),
+        "Python's atexit: the threads that may still drop Python-owned objects finish before finalization");
   m.def("device_count", [] {
     try {
       return neuron_rt::Runtime::get().device_count();

@@ -60,4 +60,9 @@ bool is_pinned_pointer(const void* ptr);
 // host memory (torch.neuron.empty_cache).
 void neuron_allocator_empty_cache();
 
+// Python's atexit (called without the GIL): lets the threads that may still drop a Python-owned
+// object (autograd's device threads, the collectives' releaser) finish before the interpreter
+// finalizes (Note [The autograd device thread at exit]).
+void quiesce_for_exit();
+
 }  // namespace torch_neuron

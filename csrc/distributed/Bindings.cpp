@@ -76,9 +76,6 @@ void bind_distributed(pybind11::module& m) {
       "host also meet through `store` for shared-memory collectives (None: Gloo only). `hosts`: each rank's host "
       "index; `leaders`: on each host's first rank of a group spanning hosts, a ProcessGroupGloo of those ranks "
       "(Note [Hierarchical collectives])");
-  m.def("_drain_releases_for_exit", &drain_releases_for_exit, py::call_guard<py::gil_scoped_release>(),
-        "At Python's exit: ends the pending releases of collectives' references (they take the GIL); later ones "
-        "are left to the exit");
   m.def("_host_key", &neuron_rt::host_key, "This host's locality key (hostname, boot id, network namespace)");
   m.def("_process_group_hierarchy", [](const py::object& backend) -> py::object {
     auto* hierarchy = backend.cast<ProcessGroupNeuron&>().hierarchy();

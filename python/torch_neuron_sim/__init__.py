@@ -1,4 +1,5 @@
 """torch-neuron-sim: registers the simulated Neuron device as PyTorch's "neuron" device."""
+import atexit
 import os
 import sys
 
@@ -58,6 +59,11 @@ if torch._C._get_privateuse1_backend_name() != "neuron":
 from . import distributed as _distributed  # noqa: E402
 
 _distributed.register()
+
+# Before the interpreter finalizes: a Python object dropped later on another thread (autograd's
+# device thread, a collective's release) retakes the GIL inside a destructor, which then ends
+# that thread: std::terminate (Note [The autograd device thread at exit] in csrc/ExitQuiesce.cpp)
+atexit.register(_C._quiesce_for_exit)
 
 
 def get_executed_ops():

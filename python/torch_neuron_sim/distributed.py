@@ -12,7 +12,6 @@ its current device when the default group is created: device LOCAL_RANK among th
 (NEURON_RT_VISIBLE_CORES, when set, lists them), or device 0 when only one is visible.
 `torch.device("neuron")`, neuron:LOCAL_RANK and (with one visible core) neuron:0 all name it.
 """
-import atexit
 import os
 
 import torch
@@ -97,6 +96,3 @@ def register():
     if not dist.is_available() or BACKEND_NAME in dist.Backend.backend_list:
         return
     dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True, devices=["neuron"])
-    # Before the interpreter finalizes: a collective's references dropped later could retake
-    # the GIL inside a destructor then, which ends that thread: std::terminate
-    atexit.register(_C._drain_releases_for_exit)

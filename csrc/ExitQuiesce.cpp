@@ -1,0 +1,51 @@
+// What runs at Python's atexit, before the interpreter finalizes: every thread of ours or of
+// PyTorch's that may still drop a Python-owned object is let finish doing it.
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/extension.h>
+
+#include <thread>
+
+#include "NeuronCommon.h"
+#include "distributed/ProcessGroupNeuron.h"
+
+namespace torch_neuron {
+
+namespace {
+
+// Note [The autograd device thread at exit]
+// PyTorch's engine runs the backward of neuron tensors on its device thread (one per device
+// index). Every backward stashes a Python object (contextvars.copy_context()) in the calling
+// thread's TLS, which the GraphTask's ThreadLocalState copies; the device thread may hold the
+// last reference to that GraphTask for a moment after the caller returned (upstream: PyTorch
+// PR 180701). Dropping it decrefs the object: it waits for the GIL. If Python starts finalizing
+// first, taking the GIL ends the thread (pthread_exit) while it unwinds through a noexcept
+// destructor: std::terminate, "terminate called without an active exception" (make
+// test-distributed, tests/dist_review/06: about 1 process in 20; a compile training test
+// in make test). CUDA has the same race; its device threads are just rarely this late.
+// The flush: a zero-size backward on each device index, from a fresh thread (its TLS holds no
+// Python object), with the GIL released. The device thread runs tasks one at a time, so once
+// this backward ends, whatever it was dropping before is dropped.
+void flush_autograd_device_threads() {
+  std::thread([] {
+    try {
+      auto& rt = neuron_rt::Runtime::get();
+      for (int device = 0; device < rt.device_count(); ++device) {
+        const auto options = at::TensorOptions().device(c10::Device(c10::DeviceType::PrivateUse1, c10::DeviceIndex(device)));
+        at::Tensor leaf = at::empty({0}, options).requires_grad_(true);
+        torch::autograd::backward({leaf}, {at::empty({0}, options)});
+      }
+    } catch (...) {
+      // at exit: a device that fails now has nothing left to flush
+    }
+  }).join();
+}
+
+}  // namespace
+
+void quiesce_for_exit() {
+  if (!neuron_rt::Runtime::initialized() || neuron_rt::Runtime::in_bad_fork()) return;
+  flush_autograd_device_threads();
+  drain_releases_for_exit();
+}
+
+}  // namespace torch_neuron
