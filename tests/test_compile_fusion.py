@@ -231,3 +231,29 @@ def test_ops_with_a_python_number_run_as_direct_kernels(dtype, monkeypatch, tmp_
     (payload,) = payloads
     ops = _C.describe_program(payload)["ops"]
     assert _C.Program(payload, 0).dispatched_nodes == 0, ops
+
+
+def test_program_profile_counts_each_step(tmp_path):
+    """NEURON_SIM_PROGRAM_PROFILE=1: time per op kind over every program run (for finding what a
+    compiled graph spends its time on); off, nothing is recorded."""
+    from conftest import run_python
+    code = """
+import torch, torch_neuronx
+from torch_neuron_sim import _C
+f = torch.compile(lambda x, w: torch.relu(x @ w).sum(), backend="neuron")
+x, w = torch.randn(4, 8, device="neuron"), torch.randn(8, 8, device="neuron")
+f(x, w)
+_C.program_profile(True)
+for _ in range(3):
+    f(x, w)
+torch.neuron.synchronize()
+print({name: calls for name, calls, seconds in _C.program_profile() if seconds >= 0})
+"""
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path), "NEURON_SIM_PROGRAM_PROFILE": "1"}
+    result = run_python(code, env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    profile = eval(result.stdout.strip().splitlines()[-1])
+    assert profile.get("aten::mm") == 3, profile
+    assert sum(profile.values()) >= 6, profile
+    result = run_python(code, dict(env, NEURON_SIM_PROGRAM_PROFILE="0"))
+    assert result.returncode == 0 and result.stdout.strip().splitlines()[-1] == "{}", result.stdout + result.stderr[-2000:]

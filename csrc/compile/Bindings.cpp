@@ -80,6 +80,8 @@ py::dict summary(const ProgramDesc& p) {
 }  // namespace
 
 void bind_programs(py::module& m) {
+  m.def("program_profile", &program_profile, py::arg("reset") = false,
+        "NEURON_SIM_PROGRAM_PROFILE=1: [(op, calls, seconds)] summed over the steps of every program run");
   m.def("scalar_type_code", [](at::ScalarType type) { return int(type); });
   // Runs a fused pointwise code on CPU tensors (tests compare it with ATen's kernels).
   m.def("run_pointwise", [](const at::Tensor& out, const std::vector<at::Tensor>& inputs,

@@ -9,6 +9,8 @@
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
@@ -431,11 +433,66 @@ void ProgramExecutor::bind_call(RunState& state, const std::vector<at::Tensor>& 
   }
 }
 
+// NEURON_SIM_PROGRAM_PROFILE=1: time spent per op kind in programs (program_profile()), for
+// finding what a compiled graph spends its time on. Off: one branch per step.
+namespace {
+struct StepProfile {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::pair<uint64_t, uint64_t>> by_name;  // calls, ns
+};
+StepProfile& step_profile() {
+  static StepProfile profile;
+  return profile;
+}
+const bool kProfileSteps = [] {
+  const char* value = std::getenv("NEURON_SIM_PROGRAM_PROFILE");
+  return value && std::string(value) == "1";
+}();
+}  // namespace
+
+std::vector<std::tuple<std::string, uint64_t, double>> program_profile(bool reset) {
+  auto& profile = step_profile();
+  std::lock_guard<std::mutex> lock(profile.mutex);
+  std::vector<std::tuple<std::string, uint64_t, double>> rows;
+  for (const auto& [name, entry] : profile.by_name) rows.emplace_back(name, entry.first, double(entry.second) * 1e-9);
+  if (reset) profile.by_name.clear();
+  return rows;
+}
+
 void ProgramExecutor::execute(RunState& state) {
+  if (kProfileSteps) {
+    std::vector<std::pair<const std::string*, uint64_t>> times;
+    times.reserve(steps_.size());
+    execute_steps(state, &times);
+    auto& profile = step_profile();
+    std::lock_guard<std::mutex> lock(profile.mutex);
+    for (const auto& [name, ns] : times) {
+      auto& entry = profile.by_name[*name];
+      entry.first += 1;
+      entry.second += ns;
+    }
+    return;
+  }
+  execute_steps(state, nullptr);
+}
+
+void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const std::string*, uint64_t>>* times) {
   const auto& values = program_.values;
   const Get get = [&](int id) -> const at::Tensor& { return per_call_[id] ? state.values[id] : fixed_[id]; };
   for (const auto& step_pointer : steps_) {
     const Step& step = *step_pointer;
+    const auto start = times ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    struct Timed {
+      std::vector<std::pair<const std::string*, uint64_t>>* times;
+      const std::string* name;
+      std::chrono::steady_clock::time_point start;
+      ~Timed() {
+        if (times) {
+          times->emplace_back(name, uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                 std::chrono::steady_clock::now() - start).count()));
+        }
+      }
+    } timed{times, &step.name, start};
     if (step.direct) {
       step.direct(step, get);
       continue;

@@ -29,12 +29,17 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/buffer.h"
 #include "runtime/program.h"
 
 namespace torch_neuron {
+
+// NEURON_SIM_PROGRAM_PROFILE=1: (op, calls, seconds) summed over every program's steps since
+// the start or the last reset.
+std::vector<std::tuple<std::string, uint64_t, double>> program_profile(bool reset);
 
 class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
  public:
@@ -57,6 +62,7 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   std::unique_ptr<Step> pointwise_step(const neuron_rt::ProgramNode& node, std::unique_ptr<Step> step);
   void bind_call(RunState& state, const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs);
   void execute(RunState& state);
+  void execute_steps(RunState& state, std::vector<std::pair<const std::string*, uint64_t>>* times);
 
   neuron_rt::ProgramDesc program_;
   const c10::DeviceIndex device_;
