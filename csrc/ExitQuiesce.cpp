@@ -45,7 +45,7 @@ void flush_autograd_device_threads() {
 void quiesce_for_exit() {
   if (!neuron_rt::Runtime::initialized() || neuron_rt::Runtime::in_bad_fork()) return;
   flush_autograd_device_threads();
-  drain_releases_for_exit();
+  quiesce_collectives_for_exit();
 }
 
 }  // namespace torch_neuron

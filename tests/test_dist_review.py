@@ -13,7 +13,8 @@ peer still writing into it is not given to a new tensor; 14: asynchronous collec
 issued in different orders (review 9b, finding 6) and the futures' users ordered by events; 15: a
 transport thread never waits for the GIL (the intermittent PowerSGD failure of issue 9). 16-17: the
 third review (review 10): groups sharing a communication stream; torch.manual_seed waiting for
-the collectives of every group; 18: review 10, finding 4 (releases piling up threads).
+the collectives of every group; 18: review 10, finding 4 (releases piling up threads); 19: a
+point-to-point work's `then` callback dropped after Python began finalizing (std::terminate at exit).
 About 2.5 minutes of 2-rank launches with deliberate timeouts: `make test-distributed` runs them
 (keeping `make test` shorter, issue 9)."""
 import pytest

@@ -362,6 +362,35 @@ class CompletionThreads {
   std::condition_variable ready_;
   std::deque<std::function<void()>> tasks_;
   size_t idle_ = 0;  // threads waiting for a task
+
+ public:
+  // Note [Completions at exit]: completing a future runs its callbacks (Python ones among
+  // them) and drops them and its value, which take the GIL; once Python finalizes, taking it
+  // ends the thread inside a noexcept destructor: std::terminate (isend/irecv with a `then`
+  // callback, then exit: 1 process in 20 before). A completion enters with
+  // enter_python(), which refuses once Python's atexit closed the pool; the atexit waits
+  // for the ones inside (up to a limit). A refused completion leaves its future incomplete
+  // and its references to the exit.
+  bool enter_python() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return false;
+    ++in_python_;
+    return true;
+  }
+  void leave_python() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--in_python_ == 0) left_.notify_all();
+  }
+  void close_for_exit(std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    closed_ = true;
+    left_.wait_for(lock, limit, [&] { return in_python_ == 0; });
+  }
+
+ private:
+  std::condition_variable left_;
+  size_t in_python_ = 0;
+  bool closed_ = false;
 };
 
 // Note [Releasing a Work off the transport's threads]
@@ -437,7 +466,10 @@ class Releaser {
 
 }  // namespace
 
-void drain_releases_for_exit() { Releaser::get().drain_for_exit(std::chrono::seconds(10)); }
+void quiesce_collectives_for_exit() {
+  CompletionThreads::get().close_for_exit(std::chrono::seconds(10));
+  Releaser::get().drain_for_exit(std::chrono::seconds(10));
+}
 
 namespace {
 
@@ -499,7 +531,7 @@ class NeuronWork final : public c10d::Work {
   void watch_transport() {
     transport_future_ = false;
     c10::intrusive_ptr<NeuronWork> self = c10::intrusive_ptr<NeuronWork>::reclaim_copy(this);
-    CompletionThreads::get().post([self] {
+    CompletionThreads::get().post([self]() mutable {
       std::exception_ptr error;
       try {
         const auto left = std::chrono::duration_cast<Milliseconds>(self->deadline_ - Clock::now());
@@ -511,6 +543,7 @@ class NeuronWork final : public c10d::Work {
         error = std::current_exception();
       }
       self->transport_finished(error);
+      release_off_transport(std::move(self));  // its outputs may be Python's (Note [Completions at exit])
     });
   }
 
@@ -601,12 +634,20 @@ class NeuronWork final : public c10d::Work {
     }
     signal_->done_cv.notify_all();
     if (!transport_work_ || transport_future_) return;
-    CompletionThreads::get().post([future = future_, value = value_, error] {
+    CompletionThreads::get().post([future = future_, value = value_, error]() mutable {
+      auto& threads = CompletionThreads::get();
+      if (!threads.enter_python()) {  // Note [Completions at exit]: left to the exit
+        new std::pair<c10::intrusive_ptr<c10::ivalue::Future>, c10::IValue>(std::move(future), std::move(value));
+        return;
+      }
       if (error) {
         future->setError(error);
       } else {
         future->markCompleted(value);
       }
+      future.reset();  // its callbacks and value go inside the section
+      value = c10::IValue();
+      threads.leave_python();
     });
   }
 

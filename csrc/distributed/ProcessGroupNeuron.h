@@ -99,9 +99,10 @@ class ShmGroup;
 
 namespace torch_neuron {
 
-// Note [Releasing a Work off the transport's threads]: run at Python's exit (atexit, before
-// finalizing; without the GIL): the pending releases end, later ones are left to the exit.
-void drain_releases_for_exit();
+// Python's atexit (before finalizing; without the GIL): completions in progress end and later
+// ones are refused (Note [Completions at exit]); the pending releases end, later ones are left
+// to the exit (Note [Releasing a Work off the transport's threads]).
+void quiesce_collectives_for_exit();
 
 class ProcessGroupNeuron final : public c10d::Backend {
  public:
