@@ -62,6 +62,7 @@ def narrow_64bit(gm, on_device_ops):
         return 0
     graph = gm.graph
     narrowed = 0
+    changed = []
     for node in list(graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
@@ -104,10 +105,27 @@ def narrow_64bit(gm, on_device_ops):
         node.args, node.kwargs = new_args, new_kwargs
         narrowed += 1
         node.meta["narrowed_64bit"] = True
+        changed.append(node)
     if narrowed:
-        _propagate(gm)
-        _widen_results(gm)
+        _repropagate(gm, changed, after=_widen_result)
     return narrowed
+
+
+def _widen_result(gm, node, replaced):
+    """After `node` was recomputed: a narrowed node's 32-bit result where the graph had 64 bits
+    is widened back by a copy its users read instead."""
+    if not node.meta.get("narrowed_64bit") or node.meta.get("widened_64bit"):
+        return
+    original, val = node.meta.get("original_val"), node.meta.get("val")
+    if not (isinstance(val, torch.Tensor) and isinstance(original, torch.Tensor) and original.dtype in _WIDE
+            and val.dtype == _WIDE[original.dtype]):
+        return
+    graph = gm.graph
+    with graph.inserting_after(node):
+        wide = graph.call_function(aten._to_copy.default, (node,), {"dtype": original.dtype})
+    node.replace_all_uses_with(wide, delete_user_cb=lambda user: user is not wide)
+    node.meta["widened_64bit"] = True
+    _set_recomputed(wide, _recompute(wide), replaced)
 
 
 def _mixes_widths(node, schema, value_names):
@@ -150,22 +168,6 @@ def _accepts(target, args, kwargs):
         return False
 
 
-def _widen_results(gm):
-    """After narrowing: results that came out 32-bit where the graph had 64-bit are widened."""
-    graph = gm.graph
-    for node in list(graph.nodes):
-        if not node.meta.get("narrowed_64bit"):
-            continue
-        original = node.meta.get("original_val")
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor) and isinstance(original, torch.Tensor) and original.dtype in _WIDE \
-                and val.dtype == _WIDE[original.dtype]:
-            with graph.inserting_after(node):
-                wide = graph.call_function(aten._to_copy.default, (node,), {"dtype": original.dtype})
-            node.replace_all_uses_with(wide, delete_user_cb=lambda user: user is not wide)
-    _propagate(gm)
-
-
 def _propagate(gm):
     fake_mode = None
     inputs = []
@@ -183,6 +185,113 @@ def _propagate(gm):
         return
     with fake_mode:
         FakeTensorProp(gm, fake_mode).propagate_dont_convert_inputs(*inputs)
+
+
+# Note [Propagating only what changed]: a pass that rewrote a few nodes recomputes the fake
+# values of those nodes and of what reads them, in graph order, instead of the whole graph
+# (three whole-graph propagations were 95% of the passes' time, 1.3 s of a 124M Llama's cold
+# compile, for 4 narrowed adds and 8 in-place cache updates). A recomputed value with the
+# metadata it had, over a storage of its own (not a view or an in-place result), is replaced by
+# the value it had: the values after it refer to that one's storage, which the lowering reads
+# to tell views from new buffers, so nothing after it needs recomputing. Anything else (a new
+# dtype, layout or alias) marks its readers for recomputing. tests/test_compile.py compares it
+# with a whole-graph propagation, storages included.
+
+def _fake_mode(gm):
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(val, torch._subclasses.FakeTensor):
+            return val.fake_mode
+    return None
+
+
+def _recompute(node):
+    """The node's fake value from its arguments' current values, as FakeTensorProp makes it."""
+    from torch.fx.experimental.proxy_tensor import snapshot_fake
+
+    def fake(a):
+        if isinstance(a, torch.fx.Node):
+            return a.meta.get("val")
+        if isinstance(a, (list, tuple)):
+            return type(a)(fake(x) for x in a)
+        if isinstance(a, dict):
+            return {k: fake(v) for k, v in a.items()}
+        return a
+    args, kwargs = fake(node.args), {k: fake(v) for k, v in node.kwargs.items()}
+    modes = [v.fake_mode for v in _tensors((args, kwargs)) if isinstance(v, torch._subclasses.FakeTensor)]
+    with modes[0] if modes else _nothing():
+        result = node.target(*args, **kwargs)
+    return torch.utils._pytree.tree_map_only(torch.Tensor, snapshot_fake, result), args, kwargs
+
+
+def _tensors(tree):
+    return [t for t in torch.utils._pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+def _same_meta(a, b):
+    leaves_a, spec_a = torch.utils._pytree.tree_flatten(a)
+    leaves_b, spec_b = torch.utils._pytree.tree_flatten(b)
+    if spec_a != spec_b:
+        return False
+    for x, y in zip(leaves_a, leaves_b):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor):
+            if (x.dtype, x.device, tuple(x.shape), x.stride(), x.storage_offset()) != \
+                    (y.dtype, y.device, tuple(y.shape), y.stride(), y.storage_offset()):
+                return False
+        elif type(x) is not type(y) or x != y:
+            return False
+    return True
+
+
+def _set_recomputed(node, recomputed, replaced):
+    """Gives `node` its recomputed value, or keeps the one it had (Note [Propagating only what
+    changed]); adds it to `replaced` when its value changed."""
+    new, args, kwargs = recomputed
+    old = node.meta.get("val")
+    if "original_val" not in node.meta and old is not None:
+        node.meta["original_val"] = old
+    inputs = {t.untyped_storage()._cdata for t in _tensors((args, kwargs))}
+    aliases = any(t.untyped_storage()._cdata in inputs for t in _tensors(new))
+    if old is not None and not aliases and _same_meta(old, new) and \
+            all(t.untyped_storage()._cdata not in inputs for t in _tensors(old)):
+        return
+    node.meta["val"] = new
+    replaced.add(node)
+
+
+def _repropagate(gm, changed, after=None):
+    """Recomputes the fake values of the `changed` nodes and of the nodes that read a changed
+    value (Note [Propagating only what changed]); `after(gm, node, replaced)` runs once a
+    changed node has its value (it may insert nodes after it, giving them their values).
+    Falls back to a whole-graph propagation if a node cannot be recomputed alone."""
+    changed = set(changed)
+    replaced = set()
+    try:
+        for node in list(gm.graph.nodes):
+            if node.op != "call_function":
+                if node.op == "output":
+                    continue
+                if node in changed:
+                    raise RuntimeError(f"{node}: only call_function nodes are recomputed alone")
+                continue
+            if node not in changed and not any(a in replaced for a in node.all_input_nodes):
+                continue
+            _set_recomputed(node, _recompute(node), replaced)
+            if after is not None and node in changed:
+                after(gm, node, replaced)
+    except Exception:  # noqa: BLE001  (recomputing alone is an optimization: the whole graph is the reference)
+        _propagate(gm)
+        if after is not None:
+            replaced = set()
+            for node in list(gm.graph.nodes):
+                if node in changed:
+                    after(gm, node, replaced)
+            if replaced:
+                _propagate(gm)
+        return
+    gm.recompile()
 
 
 def integer_histc(gm):
@@ -275,6 +384,7 @@ def reinplace_input_updates(gm):
     graph = gm.graph
     order = {node: position for position, node in enumerate(graph.nodes)}
     rewritten = 0
+    updated = []
     for copy in list(graph.nodes):
         if copy.op != "call_function" or copy.target is not aten.copy_.default or len(copy.args) < 2:
             continue
@@ -293,8 +403,9 @@ def reinplace_input_updates(gm):
         copy.replace_all_uses_with(update)
         graph.erase_node(copy)
         rewritten += 1
+        updated.append(update)
     if rewritten:
-        _propagate(gm)
+        _repropagate(gm, updated)
     return rewritten
 
 
