@@ -1,8 +1,12 @@
-// What runs at Python's atexit, before the interpreter finalizes: every thread of ours or of
-// PyTorch's that may still drop a Python-owned object is let finish doing it.
+// What runs at Python's atexit, before the interpreter finalizes: the threads that may still drop
+// a Python-owned object (autograd's device threads, the collectives' releaser) are let finish;
+// completion threads take the GIL first instead (Note [Completions at exit]).
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/extension.h>
 
+#include <chrono>
+#include <future>
+#include <memory>
 #include <thread>
 
 #include "NeuronCommon.h"
@@ -24,9 +28,15 @@ namespace {
 // in make test). CUDA has the same race; its device threads are just rarely this late.
 // The flush: a zero-size backward on each device index, from a fresh thread (its TLS holds no
 // Python object), with the GIL released. The device thread runs tasks one at a time, so once
-// this backward ends, whatever it was dropping before is dropped.
+// this backward ends, whatever it was dropping before is dropped. It waits behind any backward
+// still running (a daemon thread's, which may never end: review 13, finding 1): after
+// kFlushLimit the exit goes on without it, as it did before the flush existed.
+constexpr std::chrono::seconds kFlushLimit{5};
+
 void flush_autograd_device_threads() {
-  std::thread([] {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> flushed = done->get_future();
+  std::thread([done] {
     try {
       auto& rt = neuron_rt::Runtime::get();
       for (int device = 0; device < rt.device_count(); ++device) {
@@ -37,7 +47,9 @@ void flush_autograd_device_threads() {
     } catch (...) {
       // at exit: a device that fails now has nothing left to flush
     }
-  }).join();
+    done->set_value();
+  }).detach();
+  flushed.wait_for(kFlushLimit);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <cxxabi.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -350,6 +351,8 @@ class CompletionThreads {
       lock.unlock();
       try {
         task();
+      } catch (abi::__forced_unwind&) {
+        throw;  // the thread ends (taking the GIL once Python finalizes: Note [Completions at exit])
       } catch (...) {
         // tasks report their errors through their Work's future
       }
@@ -363,34 +366,6 @@ class CompletionThreads {
   std::deque<std::function<void()>> tasks_;
   size_t idle_ = 0;  // threads waiting for a task
 
- public:
-  // Note [Completions at exit]: completing a future runs its callbacks (Python ones among
-  // them) and drops them and its value, which take the GIL; once Python finalizes, taking it
-  // ends the thread inside a noexcept destructor: std::terminate (isend/irecv with a `then`
-  // callback, then exit: 1 process in 20 before). A completion enters with
-  // enter_python(), which refuses once Python's atexit closed the pool; the atexit waits
-  // for the ones inside (up to a limit). A refused completion leaves its future incomplete
-  // and its references to the exit.
-  bool enter_python() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (closed_) return false;
-    ++in_python_;
-    return true;
-  }
-  void leave_python() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (--in_python_ == 0) left_.notify_all();
-  }
-  void close_for_exit(std::chrono::milliseconds limit) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    closed_ = true;
-    left_.wait_for(lock, limit, [&] { return in_python_ == 0; });
-  }
-
- private:
-  std::condition_variable left_;
-  size_t in_python_ = 0;
-  bool closed_ = false;
 };
 
 // Note [Releasing a Work off the transport's threads]
@@ -466,10 +441,7 @@ class Releaser {
 
 }  // namespace
 
-void quiesce_collectives_for_exit() {
-  CompletionThreads::get().close_for_exit(std::chrono::seconds(10));
-  Releaser::get().drain_for_exit(std::chrono::seconds(10));
-}
+void quiesce_collectives_for_exit() { Releaser::get().drain_for_exit(std::chrono::seconds(10)); }
 
 namespace {
 
@@ -634,20 +606,33 @@ class NeuronWork final : public c10d::Work {
     }
     signal_->done_cv.notify_all();
     if (!transport_work_ || transport_future_) return;
+    // Note [Completions at exit]: completing the future runs its callbacks (Python ones among
+    // them) and drops them and its value, which takes the GIL; taking it once Python finalizes
+    // ends the thread (pthread_exit), which inside a noexcept destructor was std::terminate
+    // (isend/irecv with a `then` callback, then exit: 3 processes in 60). So the GIL is taken
+    // first, as the releaser does, and held until all of it is dropped: before finalizing this
+    // completes as always (also in atexit handlers that wait on a future); after, the thread
+    // just ends (serve() lets the forced unwind through) and the future is left to the exit.
     CompletionThreads::get().post([future = future_, value = value_, error]() mutable {
-      auto& threads = CompletionThreads::get();
-      if (!threads.enter_python()) {  // Note [Completions at exit]: left to the exit
+      if (!Py_IsInitialized() || _Py_IsFinalizing()) {  // left to the exit
         new std::pair<c10::intrusive_ptr<c10::ivalue::Future>, c10::IValue>(std::move(future), std::move(value));
         return;
       }
-      if (error) {
-        future->setError(error);
-      } else {
-        future->markCompleted(value);
+      struct Gil {
+        PyGILState_STATE state = PyGILState_Ensure();
+        ~Gil() { PyGILState_Release(state); }
+      } gil;
+      try {
+        if (error) {
+          future->setError(error);
+        } else {
+          future->markCompleted(value);
+        }
+      } catch (...) {
+        // completed already (by the user's set_result) or a callback threw: the future says so
       }
-      future.reset();  // its callbacks and value go inside the section
+      future.reset();  // its callbacks and value go while the GIL is held
       value = c10::IValue();
-      threads.leave_python();
     });
   }
 

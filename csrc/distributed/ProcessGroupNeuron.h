@@ -99,9 +99,8 @@ class ShmGroup;
 
 namespace torch_neuron {
 
-// Python's atexit (before finalizing; without the GIL): completions in progress end and later
-// ones are refused (Note [Completions at exit]); the pending releases end, later ones are left
-// to the exit (Note [Releasing a Work off the transport's threads]).
+// Python's atexit (before finalizing; without the GIL): the pending releases end, later ones
+// are left to the exit (Note [Releasing a Work off the transport's threads]).
 void quiesce_collectives_for_exit();
 
 class ProcessGroupNeuron final : public c10d::Backend {

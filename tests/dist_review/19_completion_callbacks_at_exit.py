@@ -5,8 +5,8 @@ dropping the callbacks (Python functions) retook the GIL inside a noexcept destr
 A backtrace (std::set_terminate in an LD_PRELOAD library):
   completion thread: Future::markCompleted -> ~vector<FutureCallback> -> decref of the Python
   callback -> gil_scoped_acquire -> PyEval_AcquireThread -> pthread_exit -> std::terminate
-Fixed by Note [Completions at exit] (the atexit closes the completion pool after the
-completions inside it end). The ranks run pinned to one core, which makes the window wider.
+Fixed by Note [Completions at exit] (a completion takes the GIL before it touches the future,
+as the releaser does). The ranks run pinned to one core, which makes the window wider.
 ROUNDS (default 8) pairs of processes; exits 1 if any rank fails or hangs."""
 import os
 import socket

@@ -189,8 +189,9 @@ def _propagate(gm):
 
 # Note [Propagating only what changed]: a pass that rewrote a few nodes recomputes the fake
 # values of those nodes and of what reads them, in graph order, instead of the whole graph
-# (three whole-graph propagations were 95% of the passes' time, 1.3 s of a 124M Llama's cold
-# compile, for 4 narrowed adds and 8 in-place cache updates). A recomputed value with the
+# (a 124M Llama's decode graph, 997 nodes, 12 narrowed and 24 in-place cache updates: three
+# whole-graph propagations took 1.29 s of the passes' 1.35 s; now the passes take 0.06 s,
+# the graph's whole compile 0.16 s instead of 1.50 s; one run each). A recomputed value with the
 # metadata it had, over a storage of its own (not a view or an in-place result), is replaced by
 # the value it had: the values after it refer to that one's storage, which the lowering reads
 # to tell views from new buffers, so nothing after it needs recomputing. Anything else (a new
