@@ -1,6 +1,6 @@
 // What runs at Python's atexit, before the interpreter finalizes: the threads that may still drop
-// a Python-owned object (autograd's device threads, the collectives' releaser) are let finish;
-// completion threads take the GIL first instead (Note [Completions at exit]).
+// a Python-owned object (autograd's device threads, the completions of point-to-point works,
+// the collectives' releaser) are let finish (Note [Completions at exit]).
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/extension.h>
 

@@ -352,7 +352,7 @@ class CompletionThreads {
       try {
         task();
       } catch (abi::__forced_unwind&) {
-        throw;  // the thread ends (taking the GIL once Python finalizes: Note [Completions at exit])
+        throw;  // the thread ends: it took the GIL once Python finalized (pthread_exit)
       } catch (...) {
         // tasks report their errors through their Work's future
       }
@@ -366,6 +366,41 @@ class CompletionThreads {
   std::deque<std::function<void()>> tasks_;
   size_t idle_ = 0;  // threads waiting for a task
 
+ public:
+  // Note [Completions at exit]: a completion counts from when it is posted until it ended;
+  // Python's atexit waits for the count to reach zero (up to a limit). It runs unless Python is
+  // finalizing (may_run()). See NeuronWork::complete().
+  void post_completion(std::function<void()> completion) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++completions_;
+    }
+    post([this, completion = std::move(completion)]() mutable {
+      struct Ended {
+        CompletionThreads& threads;
+        std::function<void()>& completion;
+        ~Ended() {
+          completion = nullptr;  // what it holds goes before it counts as ended
+          std::lock_guard<std::mutex> lock(threads.mutex_);
+          if (--threads.completions_ == 0) threads.ended_.notify_all();
+        }
+      } ended{*this, completion};
+      completion();
+    });
+  }
+  static bool may_run() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
+  // Set by Python's atexit: from then on a completion takes the GIL before it starts.
+  bool exiting() const { return exiting_.load(); }
+  void wait_for_exit(std::chrono::milliseconds limit) {
+    exiting_.store(true);
+    std::unique_lock<std::mutex> lock(mutex_);
+    ended_.wait_for(lock, limit, [&] { return completions_ == 0; });
+  }
+
+ private:
+  std::condition_variable ended_;
+  size_t completions_ = 0;  // posted and not ended
+  std::atomic<bool> exiting_{false};
 };
 
 // Note [Releasing a Work off the transport's threads]
@@ -441,7 +476,10 @@ class Releaser {
 
 }  // namespace
 
-void quiesce_collectives_for_exit() { Releaser::get().drain_for_exit(std::chrono::seconds(10)); }
+void quiesce_collectives_for_exit() {
+  CompletionThreads::get().wait_for_exit(std::chrono::seconds(10));
+  Releaser::get().drain_for_exit(std::chrono::seconds(10));
+}
 
 namespace {
 
@@ -607,31 +645,54 @@ class NeuronWork final : public c10d::Work {
     signal_->done_cv.notify_all();
     if (!transport_work_ || transport_future_) return;
     // Note [Completions at exit]: completing the future runs its callbacks (Python ones among
-    // them) and drops them and its value, which takes the GIL; taking it once Python finalizes
-    // ends the thread (pthread_exit), which inside a noexcept destructor was std::terminate
-    // (isend/irecv with a `then` callback, then exit: 3 processes in 60). So the GIL is taken
-    // first, as the releaser does, and held until all of it is dropped: before finalizing this
-    // completes as always (also in atexit handlers that wait on a future); after, the thread
-    // just ends (serve() lets the forced unwind through) and the future is left to the exit.
-    CompletionThreads::get().post([future = future_, value = value_, error]() mutable {
-      if (!Py_IsInitialized() || _Py_IsFinalizing()) {  // left to the exit
-        new std::pair<c10::intrusive_ptr<c10::ivalue::Future>, c10::IValue>(std::move(future), std::move(value));
+    // them) and drops them and its value, which take the GIL; once Python finalizes, taking it
+    // ends the thread (pthread_exit), which inside a noexcept destructor is std::terminate
+    // (isend/irecv with a `then` callback, then exit: 3 processes in 60). A completion that
+    // starts once Python finalizes leaves its future and references to the exit; Python's
+    // atexit waits for the ones posted (up to 10 s; counting from the run, not the post, let
+    // one posted just before the exit run into it: 3 processes in 20), and the ones posted
+    // after it take the GIL first (a transfer that ended after it: 2 processes in 80). Before
+    // that, the GIL is not taken here: a thread waiting on the future while holding it
+    // (torch.jit.wait) would wait forever (review 14, finding 1). Limits: after our atexit (in
+    // a handler registered before `import torch`), waiting on a point-to-point future with the
+    // GIL held waits forever; a completion still running 10 s after our atexit, with a
+    // callback that releases the GIL, can still meet the finalization (review 14, finding 2,
+    // is such a callback, 2 ms sleeps, ended within the 10 s).
+    CompletionThreads::get().post_completion([future = future_, value = value_, error]() mutable {
+      using Held = std::pair<c10::intrusive_ptr<c10::ivalue::Future>, c10::IValue>;
+      if (!CompletionThreads::may_run()) {  // left to the exit
+        new Held(std::move(future), std::move(value));
         return;
       }
       struct Gil {
-        PyGILState_STATE state = PyGILState_Ensure();
-        ~Gil() { PyGILState_Release(state); }
+        std::optional<PyGILState_STATE> state;
+        ~Gil() {
+          if (state) PyGILState_Release(*state);
+        }
       } gil;
+      if (CompletionThreads::get().exiting()) {
+        // Past our atexit nothing waits for this completion before Python finalizes: the GIL
+        // is taken first and held until all of it is dropped (finalizing waits for it). If
+        // Python finalizes first, taking it ends this thread, and what `held` has is left to
+        // the exit (its destructors would take the GIL again: std::terminate).
+        auto* held = new Held(std::move(future), std::move(value));
+        gil.state = PyGILState_Ensure();
+        future = std::move(held->first);
+        value = std::move(held->second);
+        delete held;
+      }
       try {
         if (error) {
           future->setError(error);
         } else {
           future->markCompleted(value);
         }
+      } catch (abi::__forced_unwind&) {
+        throw;
       } catch (...) {
         // completed already (by the user's set_result) or a callback threw: the future says so
       }
-      future.reset();  // its callbacks and value go while the GIL is held
+      future.reset();  // its callbacks and value go before it counts as ended
       value = c10::IValue();
     });
   }
