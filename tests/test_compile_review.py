@@ -1,6 +1,8 @@
 """The repros of the review of torch.compile(backend="neuron") (review 8), kept as regression
 tests: each script exits 0 when its finding is fixed (tests/compile_review/, one process
-each: several set the launch mode or start threads that could deadlock)."""
+each: several set the launch mode or start threads that could deadlock). 12-14 come from
+review 14: the 64-bit rule on ops with several results (widened each) and on views (never
+narrowed)."""
 import pytest
 
 from conftest import review_repros, run_review_repro

@@ -80,6 +80,8 @@ def narrow_64bit(gm, on_device_ops):
             continue  # typed on request: the caller chose the dtype
         if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
             continue  # in-place / out=: written arguments keep their memory and dtype
+        if any(r.alias_info is not None for r in schema.returns):
+            continue  # a view (x.view(torch.int32), as_strided) reinterprets the 64-bit bytes (review 14)
         if _mixes_widths(node, schema, value_names):
             continue  # float64 with float32 (int64 with int32): 64 bits, as eager (csrc/Dtype64.h)
         inserted = []
@@ -113,10 +115,24 @@ def narrow_64bit(gm, on_device_ops):
 
 def _widen_result(gm, node, replaced):
     """After `node` was recomputed: a narrowed node's 32-bit result where the graph had 64 bits
-    is widened back by a copy its users read instead."""
+    is widened back by a copy its users read instead; for an op with several results (max.dim,
+    topk, native_layer_norm), each such element, after the getitem that reads it (review 14)."""
     if not node.meta.get("narrowed_64bit") or node.meta.get("widened_64bit"):
         return
+    node.meta["widened_64bit"] = True
     original, val = node.meta.get("original_val"), node.meta.get("val")
+    if isinstance(val, (list, tuple)) and isinstance(original, (list, tuple)):
+        for user in list(node.users):
+            if user.op == "call_function" and user.target is operator.getitem and isinstance(user.args[1], int):
+                index = user.args[1]
+                if index < len(original) and index < len(val):
+                    _set_recomputed(user, _recompute(user), replaced)
+                    _widen_node(gm, user, original[index], val[index], replaced)
+        return
+    _widen_node(gm, node, original, val, replaced)
+
+
+def _widen_node(gm, node, original, val, replaced):
     if not (isinstance(val, torch.Tensor) and isinstance(original, torch.Tensor) and original.dtype in _WIDE
             and val.dtype == _WIDE[original.dtype]):
         return
@@ -124,7 +140,6 @@ def _widen_result(gm, node, replaced):
     with graph.inserting_after(node):
         wide = graph.call_function(aten._to_copy.default, (node,), {"dtype": original.dtype})
     node.replace_all_uses_with(wide, delete_user_cb=lambda user: user is not wide)
-    node.meta["widened_64bit"] = True
     _set_recomputed(wide, _recompute(wide), replaced)
 
 
