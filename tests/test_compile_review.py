@@ -2,7 +2,8 @@
 tests: each script exits 0 when its finding is fixed (tests/compile_review/, one process
 each: several set the launch mode or start threads that could deadlock). 12-14 come from
 review 14: the 64-bit rule on ops with several results (widened each) and on views (never
-narrowed)."""
+narrowed); 15 (review 14 too): a program's kernels are not seen by a Python dispatch mode
+(`x & 0xFF` failed under AOTAutograd's first-call check)."""
 import pytest
 
 from conftest import review_repros, run_review_repro

@@ -7,6 +7,7 @@
 #include <ATen/core/List.h>
 #include <ATen/ScalarOps.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
 #include <chrono>
@@ -460,6 +461,14 @@ std::vector<std::tuple<std::string, uint64_t, double>> program_profile(bool rese
 }
 
 void ProgramExecutor::execute(RunState& state) {
+  // The program's kernels are the device's own work, on host views: a Python dispatch mode
+  // active on the calling thread must not see them (as it does not see a CUDA graph's
+  // kernels). AOTAutograd runs each compiled function's first call under one
+  // (_AnalyzeCustomOpInputOutputMode), which turned the wrapped number an ATen kernel passes
+  // to another (bitwise_and.Scalar -> .Tensor) into a Python int: `x & 0xFF` failed (review 14,
+  // finding 6); a user's FlopCounterMode would count host ops.
+  c10::impl::ExcludeDispatchKeyGuard no_python(
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
   if (kProfileSteps) {
     std::vector<std::pair<const std::string*, uint64_t>> times;
     times.reserve(steps_.size());
