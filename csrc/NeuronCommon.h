@@ -61,8 +61,8 @@ bool is_pinned_pointer(const void* ptr);
 void neuron_allocator_empty_cache();
 
 // Python's atexit (called without the GIL): lets the threads that may still drop a Python-owned
-// object (autograd's device threads, the collectives' releaser) finish before the interpreter
-// finalizes (Note [The autograd device thread at exit]).
+// object (autograd's device threads, point-to-point completions, the collectives' releaser)
+// finish before the interpreter finalizes (Note [The autograd device thread at exit]).
 void quiesce_for_exit();
 
 }  // namespace torch_neuron

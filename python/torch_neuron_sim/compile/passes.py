@@ -61,8 +61,7 @@ def narrow_64bit(gm, on_device_ops):
     if not _C.computes_64bit_as_32bit():
         return 0
     graph = gm.graph
-    narrowed = 0
-    changed = []
+    narrowed = []
     for node in list(graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
@@ -105,12 +104,11 @@ def narrow_64bit(gm, on_device_ops):
                 graph.erase_node(copy)
             continue
         node.args, node.kwargs = new_args, new_kwargs
-        narrowed += 1
         node.meta["narrowed_64bit"] = True
-        changed.append(node)
+        narrowed.append(node)
     if narrowed:
-        _repropagate(gm, changed, after=_widen_result)
-    return narrowed
+        _repropagate(gm, narrowed, after=_widen_result)
+    return len(narrowed)
 
 
 def _widen_result(gm, node, replaced):
@@ -165,19 +163,27 @@ class _nothing:
         return False
 
 
-def _accepts(target, args, kwargs):
-    """Whether `target` runs on the (fake) values of these arguments."""
+def _fake_call(target, args, kwargs):
+    """Runs `target` on the fake values of these arguments (nodes stand for their values);
+    returns (result, fake args, fake kwargs)."""
     def fake(a):
         if isinstance(a, torch.fx.Node):
             return a.meta.get("val")
         if isinstance(a, (list, tuple)):
             return type(a)(fake(x) for x in a)
+        if isinstance(a, dict):
+            return {k: fake(v) for k, v in a.items()}
         return a
     args, kwargs = fake(args), {k: fake(v) for k, v in kwargs.items()}
-    modes = [v.fake_mode for v in list(args) + list(kwargs.values()) if hasattr(v, "fake_mode")]
+    modes = [v.fake_mode for v in _tensors((args, kwargs)) if isinstance(v, torch._subclasses.FakeTensor)]
+    with modes[0] if modes else _nothing():
+        return target(*args, **kwargs), args, kwargs
+
+
+def _accepts(target, args, kwargs):
+    """Whether `target` runs on the (fake) values of these arguments."""
     try:
-        with modes[0] if modes else _nothing():
-            target(*args, **kwargs)
+        _fake_call(target, args, kwargs)
         return True
     except Exception:  # noqa: BLE001
         return False
@@ -215,30 +221,10 @@ def _propagate(gm):
 # known difference: a whole-graph propagation gives lift_fresh_copy of a torch.tensor constant the
 # constant's storage, this its own (the lowering never plans constants as buffers).
 
-def _fake_mode(gm):
-    for node in gm.graph.nodes:
-        val = node.meta.get("val")
-        if node.op == "placeholder" and isinstance(val, torch._subclasses.FakeTensor):
-            return val.fake_mode
-    return None
-
-
 def _recompute(node):
     """The node's fake value from its arguments' current values, as FakeTensorProp makes it."""
     from torch.fx.experimental.proxy_tensor import snapshot_fake
-
-    def fake(a):
-        if isinstance(a, torch.fx.Node):
-            return a.meta.get("val")
-        if isinstance(a, (list, tuple)):
-            return type(a)(fake(x) for x in a)
-        if isinstance(a, dict):
-            return {k: fake(v) for k, v in a.items()}
-        return a
-    args, kwargs = fake(node.args), {k: fake(v) for k, v in node.kwargs.items()}
-    modes = [v.fake_mode for v in _tensors((args, kwargs)) if isinstance(v, torch._subclasses.FakeTensor)]
-    with modes[0] if modes else _nothing():
-        result = node.target(*args, **kwargs)
+    result, args, kwargs = _fake_call(node.target, node.args, node.kwargs)
     return torch.utils._pytree.tree_map_only(torch.Tensor, snapshot_fake, result), args, kwargs
 
 
@@ -401,7 +387,6 @@ def reinplace_input_updates(gm):
     reads the input's old value after f; returns how many were rewritten."""
     graph = gm.graph
     order = {node: position for position, node in enumerate(graph.nodes)}
-    rewritten = 0
     updated = []
     for copy in list(graph.nodes):
         if copy.op != "call_function" or copy.target is not aten.copy_.default or len(copy.args) < 2:
@@ -420,11 +405,10 @@ def reinplace_input_updates(gm):
         update.target = _IN_PLACE[update.target]
         copy.replace_all_uses_with(update)
         graph.erase_node(copy)
-        rewritten += 1
         updated.append(update)
-    if rewritten:
+    if updated:
         _repropagate(gm, updated)
-    return rewritten
+    return len(updated)
 
 
 _WITH_GENERATOR = {
