@@ -22,9 +22,10 @@ code still runs that can wait on them.
 
 Exits 1 while the bug exists, 0 once fixed."""
 import os
-import socket
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _two_ranks  # noqa: E402
 
 CHILD = r'''
 import atexit, sys
@@ -53,24 +54,10 @@ print(f"rank {dist.get_rank()}: main done", flush=True)
 
 
 def one_round(mode, limit=45):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(port), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, mode], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
     ok = True
-    for r, p in enumerate(procs):
-        try:
-            out = p.communicate(timeout=limit)[0]
-            status = f"exit {p.returncode}"
-            ok = ok and p.returncode == 0
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out = p.communicate()[0]
-            status = f"hung ({limit} s, killed)"
-            ok = False
+    for r, (code, out) in enumerate(_two_ranks.run(CHILD, [mode], limit=limit)):
+        status = f"exit {code}" if code != "hung" else f"hung ({limit} s, killed)"
+        ok = ok and code == 0
         print(f"  [{mode}] rank {r}: {status}; output: {out.strip().splitlines()[-3:]}")
     return ok
 

@@ -20,10 +20,11 @@ section, in serve()'s `task = nullptr`).
 
 Exits 1 while the bug exists, 0 once fixed."""
 import os
-import socket
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _two_ranks  # noqa: E402
 
 CHILD = r'''
 import datetime, sys, time, torch, torch.distributed as dist
@@ -47,26 +48,14 @@ print(f"rank {rank} main end {time.time():.3f}", flush=True)
 
 
 def one_round(mode, limit=60):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(port), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, mode], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=limit)[0])
-        except subprocess.TimeoutExpired:
-            p.kill()
-            outs.append("hung\n" + p.communicate()[0])
+    results = _two_ranks.run(CHILD, [mode], limit=limit)
     end = time.time()
+    outs = [out if code != "hung" else "hung\n" + out for code, out in results]
     exit_seconds = None
     for line in outs[1].splitlines():
         if line.startswith("rank 1 main end"):
             exit_seconds = end - float(line.split()[-1])
-    print(f"  [{mode}] return codes {[p.returncode for p in procs]}; rank 1 exit took "
+    print(f"  [{mode}] return codes {[code for code, _ in results]}; rank 1 exit took "
           f"{exit_seconds if exit_seconds is None else round(exit_seconds, 1)} s")
     if exit_seconds is None:
         print(outs[1][-1500:])
