@@ -7,6 +7,7 @@
 #include "../NeuronCommon.h"
 #include "Executor.h"
 #include "Pointwise.h"
+#include "SmallMatmul.h"
 #include "runtime/program.h"
 
 namespace torch_neuron {
@@ -91,6 +92,16 @@ void bind_programs(py::module& m) {
     for (const auto& t : inputs) TORCH_CHECK(t.device().is_cpu(), "run_pointwise: CPU tensors only");
     TORCH_CHECK(out.device().is_cpu(), "run_pointwise: CPU tensors only");
     run_pointwise(out, inputs, program);
+  });
+  // Note [Small bfloat16 matmuls]: whether a shape runs through the brgemm kernel (probing it
+  // the first time), and the kernel itself on CPU tensors (tests compare it with at::mm).
+  m.def("small_matmul_applies", &small_matmul_applies, py::arg("m"), py::arg("k"), py::arg("n"));
+  m.def("small_matmul", [](at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+    TORCH_CHECK(out.device().is_cpu() && a.device().is_cpu() && b.device().is_cpu(), "small_matmul: CPU tensors only");
+    TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) && out.dim() == 2 && out.size(0) == a.size(0) &&
+                    out.size(1) == b.size(1), "small_matmul: shapes ", a.sizes(), " @ ", b.sizes(), " -> ", out.sizes(),
+                " do not match");
+    small_matmul(out, a, b);
   });
   m.def("encode_program", [](const py::dict& d) {
     auto p = program_from_dict(d);

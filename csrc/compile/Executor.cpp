@@ -1,5 +1,6 @@
 #include "Executor.h"
 #include "Pointwise.h"
+#include "SmallMatmul.h"
 
 #include <ATen/CPUFunctions.h>
 #include <ATen/EmptyTensor.h>
@@ -383,6 +384,16 @@ void ProgramExecutor::build() {
     const bool cat_list = node.op == "aten::cat" && step->tensor_lists == std::vector<size_t>{0};
     if ((slot_output || in_place) && all_device && (step->tensor_lists.empty() || cat_list)) {
       step->direct = direct_kernel(node.op, *step);
+      if (node.op == "aten::mm" && step->direct) {  // Note [Small bfloat16 matmuls]
+        const int a = value_at(*step, 0), b = value_at(*step, 1), out = node.outputs[0];
+        const auto& sa = values[a].spec.sizes;
+        const auto& sb = values[b].spec.sizes;
+        if (scalar_type(values[out].spec.dtype) == at::kBFloat16 && sa.size() == 2 && sb.size() == 2 &&
+            small_matmul_applies(sa[0], sa[1], sb[1])) {
+          step->direct = [=](const auto&, const Get& v) { small_matmul(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
+          step->name = "aten::mm (brgemm)";  // as the profile shows it
+        }
+      }
     }
     steps_.push_back(std::move(step));
   }

@@ -1,0 +1,37 @@
+// Note [Small bfloat16 matmuls]
+// A bfloat16 aten::mm on this CPU goes to oneDNN's matmul primitive, which spends ~18 us per
+// call building its primitive descriptor and scratchpad, whatever the size; a decode step of
+// a small model is mostly such calls (28 of a 4-layer Llama's 29 matmuls are 128x128 to
+// 128x256 weights at one token). The arithmetic inside that primitive is oneDNN's brgemm
+// micro-kernel (AMX or AVX512-BF16), and ATen exports that kernel directly
+// (at::native::cpublas::brgemm, the one Inductor's CPU templates call), cached per shape.
+// A program runs a small bfloat16 matmul through it: B packed per 32-column block into the
+// VNNI layout the kernel reads (a 32-bit transpose of the weight, done per call so that a
+// weight changed in place is always seen), one brgemm call per block into a float32
+// accumulator, and the same hardware conversion to bfloat16 (vcvtneps2bf16) oneDNN ends with.
+// ~2-5 us instead of ~18-20.
+//
+// The point is that the results stay equal to eager's bit for bit, as the fused pointwise
+// kernels do (Pointwise.h). That is an observation about oneDNN, not a documented promise,
+// so it is checked:
+// the first time a process meets a shape, it runs both ways on probe data (random values,
+// values whose float32 sum depends on the order of addition, products in the denormal range)
+// and uses the kernel for that shape only if every bit matched; otherwise that shape keeps
+// at::mm, and NEURON_SIM_SMALL_MATMUL=0 turns the path off. Shapes outside the rule (K odd, N
+// not a multiple of 32, more than 64 rows or 64K weight elements, no AVX512-BF16) and run-time
+// layouts the kernel cannot read keep at::mm.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace torch_neuron {
+
+// Whether a bfloat16 out[m, n] = a[m, k] @ b[k, n] (b the transpose of a row-major weight)
+// runs through the brgemm kernel: the size rule, the CPU, and the bit-for-bit probe of the
+// shape (run once per process per shape).
+bool small_matmul_applies(int64_t m, int64_t k, int64_t n);
+
+// out = a @ b through the brgemm kernel when the tensors' layout fits, else at::cpu::mm_out.
+void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
+
+}  // namespace torch_neuron

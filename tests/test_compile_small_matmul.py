@@ -1,0 +1,170 @@
+"""Small bfloat16 matmuls in programs (Note [Small bfloat16 matmuls], csrc/compile/SmallMatmul.h):
+oneDNN's brgemm kernel called directly, equal to eager's at::mm bit for bit; the per-shape
+probe keeps at::mm wherever that does not hold; layouts the kernel cannot read fall back."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch._dynamo
+
+import torch_neuronx  # noqa: F401
+from torch_neuron_sim import _C
+
+# What the kernel needs from the CPU (the probe also needs oneDNN to use the same kernel).
+SUPPORTED = _C.small_matmul_applies(1, 128, 128)
+needs_kernel = pytest.mark.skipif(not SUPPORTED, reason="this CPU has no AVX512-BF16, or oneDNN's matmul does not "
+                                                        "use its brgemm kernel for 1x128x128: programs keep at::mm")
+
+
+def cancellation(rows, cols, generator, weight):
+    """Small nonzero integers; in a weight an eighth of entries are +-2^20..2^26: float32 sums
+    then depend on the order of addition (the probe's order-revealing draw, in Python)."""
+    sign = torch.randint(0, 2, (rows, cols), generator=generator) * 2 - 1
+    small = torch.randint(1, 4, (rows, cols), generator=generator) * sign
+    if not weight:
+        return small.to(torch.bfloat16)
+    big = sign * 2.0 ** torch.randint(20, 27, (rows, cols), generator=generator)
+    return torch.where(torch.rand(rows, cols, generator=generator) < 0.125, big, small).to(torch.bfloat16)
+
+
+def draws(m, k, n, count, generator):
+    for i in range(count):
+        if i % 2:
+            yield cancellation(m, k, generator, False), cancellation(n, k, generator, True)
+        else:
+            yield torch.randn(m, k, generator=generator).bfloat16(), torch.randn(n, k, generator=generator).bfloat16()
+
+
+ACCEPTED = [(1, 128, 128), (1, 128, 256), (1, 256, 128), (8, 128, 384), (5, 130, 96), (64, 128, 256)]
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", ACCEPTED, ids=str)
+def test_kernel_equals_eager_bit_for_bit(shape):
+    m, k, n = shape
+    assert _C.small_matmul_applies(m, k, n)
+    g = torch.Generator().manual_seed(sum(shape))
+    for a, w in draws(m, k, n, 20, g):
+        expected = torch.mm(a, w.t())
+        out = torch.empty_like(expected)
+        _C.small_matmul(out, a, w.t())
+        assert torch.equal(out, expected)
+
+
+@needs_kernel
+def test_probe_rejects_shapes_where_onednn_sums_otherwise():
+    # The probe's verdict agrees with an independent check: where it says no, the kernel
+    # really gives other bits than at::mm for some draw; where it says yes, it never does.
+    g = torch.Generator().manual_seed(0)
+    verdicts = {}
+    for shape in [(1, 128, 128), (2, 32, 32), (1, 100, 32), (3, 100, 64), (1, 64, 64), (3, 96, 64)]:
+        m, k, n = shape
+        differs = False
+        for a, w in draws(m, k, n, 40, g):
+            expected = torch.mm(a, w.t())
+            out = torch.empty_like(expected)
+            _C.small_matmul(out, a, w.t())  # the kernel whatever the probe said (the size rule holds)
+            differs = differs or not torch.equal(out, expected)
+        verdicts[shape] = (_C.small_matmul_applies(m, k, n), differs)
+    assert all(applies != differs for applies, differs in verdicts.values()), verdicts
+    assert any(not applies for applies, _ in verdicts.values()), "no shape rejected: the probe was not exercised"
+
+
+@pytest.mark.parametrize("layout", ["a row stride > k", "w row stride > k", "b contiguous (falls back)",
+                                    "a transposed (falls back)", "out non-contiguous (falls back)",
+                                    "float32 (falls back)", "n not a multiple of 32 (falls back)"])
+def test_layouts_equal_eager(layout):
+    g = torch.Generator().manual_seed(1)
+    dtype = torch.float32 if layout.startswith("float32") else torch.bfloat16
+    m, k, n = (4, 128, 40) if layout.startswith("n not") else (4, 128, 64)
+    a = torch.randn(m, k, generator=g).to(dtype)
+    w = torch.randn(n, k, generator=g).to(dtype)
+    b = w.t()
+    out = torch.empty(m, n, dtype=dtype)
+    if layout == "a row stride > k":
+        a = torch.randn(m, k + 6, generator=g).to(dtype)[:, 3:3 + k]
+    elif layout == "w row stride > k":
+        b = torch.randn(n, k + 10, generator=g).to(dtype)[:, 2:2 + k].t()
+    elif layout == "b contiguous (falls back)":
+        b = b.contiguous()
+    elif layout == "a transposed (falls back)":
+        a = a.t().contiguous().t()
+    elif layout == "out non-contiguous (falls back)":
+        out = torch.empty(n, m, dtype=dtype).t()
+    _C.small_matmul(out, a, b)
+    assert torch.equal(out, torch.mm(a, b))
+
+
+def test_bad_shapes_are_a_clear_error():
+    with pytest.raises(RuntimeError, match="do not match"):
+        _C.small_matmul(torch.empty(2, 3, dtype=torch.bfloat16), torch.empty(2, 4, dtype=torch.bfloat16),
+                        torch.empty(5, 3, dtype=torch.bfloat16))
+
+
+@pytest.fixture
+def fresh_dynamo(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff"))
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@needs_kernel
+def test_compiled_linears_equal_eager_and_see_weights_changed_in_place(fresh_dynamo):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256, bias=False), torch.nn.SiLU(),
+                                torch.nn.Linear(256, 128, bias=False)).to(torch.bfloat16).to("neuron")
+    compiled = torch.compile(model, backend="neuron")
+    x = torch.randn(1, 128).bfloat16().to("neuron")
+    _C.program_profile(True)
+    with torch.no_grad():
+        assert torch.equal(compiled(x).cpu(), model(x).cpu())
+        assert torch.equal(compiled(x).cpu(), model.cpu()(x.cpu()))
+        model.to("neuron")
+        # .data has its own version counter: a weight changed this way is only seen because the
+        # kernel reads (packs) the weight on every call.
+        model[0].weight.data.mul_(-0.5)
+        assert torch.equal(compiled(x).cpu(), model(x).cpu())
+
+
+def test_switch_off_keeps_at_mm():
+    code = ("import torch, torch_neuronx; from torch_neuron_sim import _C; "
+            "print(_C.small_matmul_applies(1, 128, 128))")
+    env = dict(os.environ, NEURON_SIM_SMALL_MATMUL="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+@needs_kernel
+def test_program_profile_shows_the_kernel(tmp_path):
+    """A decode-sized bfloat16 linear runs through the kernel (the profile names its steps
+    "aten::mm (brgemm)"), a shape the probe rejects keeps at::mm, and NEURON_SIM_SMALL_MATMUL=0
+    keeps at::mm everywhere."""
+    from conftest import run_python
+    code = """
+import torch, torch_neuronx
+from torch_neuron_sim import _C
+f = torch.compile(lambda x, w, v: (x @ w.t(), x[:, :32] @ v.t()), backend="neuron")
+x = torch.randn(1, 128).bfloat16().to("neuron")
+w, v = torch.randn(256, 128).bfloat16().to("neuron"), torch.randn(32, 32).bfloat16().to("neuron")
+f(x, w, v)
+_C.program_profile(True)
+for _ in range(3):
+    f(x, w, v)
+torch.neuron.synchronize()
+print({name: calls for name, calls, seconds in _C.program_profile()})
+"""
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path), "NEURON_SIM_PROGRAM_PROFILE": "1"}
+    result = run_python(code, env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    profile = eval(result.stdout.strip().splitlines()[-1])
+    rejected = not _C.small_matmul_applies(1, 32, 32)
+    assert profile.get("aten::mm (brgemm)") == 3, profile
+    assert profile.get("aten::mm") == (3 if rejected else None), profile
+    result = run_python(code, dict(env, NEURON_SIM_SMALL_MATMUL="0"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    profile = eval(result.stdout.strip().splitlines()[-1])
+    assert profile.get("aten::mm") == 6 and "aten::mm (brgemm)" not in profile, profile
