@@ -21,7 +21,10 @@ setup(
             "torch_neuron_sim._C",
             sources,
             include_dirs=[ROOT],
-            extra_compile_args=["-O2", "-std=c++17", "-Wno-unused-parameter"],
+            # -fopenmp: at::parallel_for in our kernels (SmallMatmul.cpp) runs on torch's own
+            # OpenMP pool (the libgomp.so.1 torch loads), as ATen's kernels do.
+            extra_compile_args=["-O2", "-std=c++17", "-Wno-unused-parameter", "-fopenmp"],
+            extra_link_args=["-fopenmp"],
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},

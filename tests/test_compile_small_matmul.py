@@ -37,7 +37,7 @@ def draws(m, k, n, count, generator):
             yield torch.randn(m, k, generator=generator).bfloat16(), torch.randn(n, k, generator=generator).bfloat16()
 
 
-ACCEPTED = [(1, 128, 128), (1, 128, 256), (1, 256, 128), (8, 128, 384), (5, 130, 96), (64, 128, 256)]
+ACCEPTED = [(1, 128, 128), (1, 128, 256), (1, 256, 128), (8, 128, 384), (5, 130, 96), (32, 128, 256), (3, 128, 1000), (1, 128, 40)]
 
 
 @needs_kernel
@@ -51,6 +51,26 @@ def test_kernel_equals_eager_bit_for_bit(shape):
         out = torch.empty_like(expected)
         _C.small_matmul(out, a, w.t())
         assert torch.equal(out, expected)
+
+
+@needs_kernel
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 768, 2560), (4, 2560, 768), (1, 128, 32000), (20, 768, 1000)], ids=str)
+def test_large_weights_split_among_threads_equal_eager(shape, threads):
+    # From 64K weight elements the rows are split among the intra-op threads (blocks of 16).
+    m, k, n = shape
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert _C.small_matmul_applies(m, k, n)
+        g = torch.Generator().manual_seed(n)
+        for a, w in draws(m, k, n, 4, g):
+            expected = torch.mm(a, w.t())
+            out = torch.empty_like(expected)
+            _C.small_matmul(out, a, w.t())
+            assert torch.equal(out, expected)
+    finally:
+        torch.set_num_threads(previous)
 
 
 @needs_kernel
@@ -74,11 +94,11 @@ def test_probe_rejects_shapes_where_onednn_sums_otherwise():
 
 @pytest.mark.parametrize("layout", ["a row stride > k", "w row stride > k", "b contiguous (falls back)",
                                     "a transposed (falls back)", "out non-contiguous (falls back)",
-                                    "float32 (falls back)", "n not a multiple of 32 (falls back)"])
+                                    "float32 (falls back)", "33 rows (falls back)", "n not a multiple of 16"])
 def test_layouts_equal_eager(layout):
     g = torch.Generator().manual_seed(1)
     dtype = torch.float32 if layout.startswith("float32") else torch.bfloat16
-    m, k, n = (4, 128, 40) if layout.startswith("n not") else (4, 128, 64)
+    m, k, n = {"n not a multiple of 16": (4, 128, 40), "33 rows (falls back)": (33, 128, 64)}.get(layout, (4, 128, 64))
     a = torch.randn(m, k, generator=g).to(dtype)
     w = torch.randn(n, k, generator=g).to(dtype)
     b = w.t()
@@ -123,8 +143,8 @@ def test_compiled_linears_equal_eager_and_see_weights_changed_in_place(fresh_dyn
         assert torch.equal(compiled(x).cpu(), model(x).cpu())
         assert torch.equal(compiled(x).cpu(), model.cpu()(x.cpu()))
         model.to("neuron")
-        # .data has its own version counter: a weight changed this way is only seen because the
-        # kernel reads (packs) the weight on every call.
+        # .data has its own version counter: a weight changed this way is seen because the
+        # kernel reads the weight where it lies on every call (nothing derived from it is cached).
         model[0].weight.data.mul_(-0.5)
         assert torch.equal(compiled(x).cpu(), model(x).cpu())
 

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUFunctions.h>
 #include <ATen/Functions.h>
+#include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/BFloat16.h>
@@ -14,7 +15,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -22,9 +22,8 @@
 namespace torch_neuron {
 namespace {
 
-constexpr int64_t kBlock = 32;           // columns of B per brgemm call (the packed block's width)
-constexpr int64_t kMaxRows = 64;         // m
-constexpr int64_t kMaxWeight = 1 << 16;  // k * n: packing per call costs ~1 us per 16K elements
+constexpr int64_t kMaxRows = 32;            // m: the columns of the packed operand
+constexpr int64_t kParallelWeight = 1 << 16;  // k * n from which the rows are split among threads
 
 bool cpu_supported() {
   static const bool supported = [] {
@@ -36,28 +35,6 @@ bool cpu_supported() {
   return supported;
 }
 
-// B = w^T with w [n, k] row-major (row stride ldw): per kBlock-column block, the VNNI layout
-// [k/2][kBlock][2] (pairs of consecutive k of one column side by side), which is a transpose
-// of the block's rows in 32-bit words (moved with memcpy: w need not be 4-byte aligned).
-void pack_vnni(const uint16_t* w, int64_t ldw, int64_t n, int64_t k, uint16_t* out) {
-  const int64_t pairs = k / 2;
-  for (int64_t n0 = 0; n0 < n; n0 += kBlock) {
-    uint16_t* block = out + n0 * k;
-    const uint16_t* base = w + n0 * ldw;
-    int64_t p0 = 0;
-    for (; p0 + 8 <= pairs; p0 += 8) {
-      for (int64_t c = 0; c < kBlock; ++c) {
-        const uint16_t* row = base + c * ldw + 2 * p0;
-        uint16_t* dst = block + 2 * (p0 * kBlock + c);
-        for (int64_t p = 0; p < 8; ++p) std::memcpy(dst + 2 * p * kBlock, row + 2 * p, 4);
-      }
-    }
-    for (; p0 < pairs; ++p0) {
-      for (int64_t c = 0; c < kBlock; ++c) std::memcpy(block + 2 * (p0 * kBlock + c), base + c * ldw + 2 * p0, 4);
-    }
-  }
-}
-
 // float32 -> bfloat16 with vcvtneps2bf16, the instruction oneDNN's kernels end with (round to
 // nearest even, denormal inputs as zero). count is a multiple of 16.
 __attribute__((target("avx512f,avx512bf16"))) void to_bfloat16(const float* in, uint16_t* out, int64_t count) {
@@ -67,56 +44,99 @@ __attribute__((target("avx512f,avx512bf16"))) void to_bfloat16(const float* in, 
   }
 }
 
-struct Scratch {
-  std::vector<uint16_t> packed;
-  std::vector<float> accumulator;
-};
+// Rows [begin, end) of out^T = w @ packed (accumulated in float32, [rows][width]), written to
+// out's columns [begin, end) in bfloat16.
+void run_rows(uint16_t* out, int64_t m, int64_t n, int64_t k, const uint16_t* w, int64_t ldw, const uint16_t* packed,
+              int64_t width, int64_t begin, int64_t end) {
+  const int64_t rows = end - begin;
+  thread_local std::vector<float> accumulator, row;
+  thread_local std::vector<uint16_t> converted;
+  accumulator.resize(size_t(rows * width));
+  at::native::cpublas::brgemm(rows, width, k, ldw, width, width, /*add_C=*/false,
+                              reinterpret_cast<const at::BFloat16*>(w + begin * ldw),
+                              reinterpret_cast<const at::BFloat16*>(packed), accumulator.data(), /*is_vnni=*/true);
+  at::native::cpublas::brgemm_release(/*is_vnni=*/true);
+  const int64_t padded = (rows + 15) / 16 * 16;
+  row.assign(size_t(padded), 0.0f);
+  converted.resize(size_t(padded));
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < rows; ++c) row[size_t(c)] = accumulator[size_t(c * width + r)];
+    to_bfloat16(row.data(), converted.data(), padded);
+    std::memcpy(out + r * n + begin, converted.data(), size_t(rows) * sizeof(uint16_t));
+  }
+}
 
-// out [m, n] contiguous = a [m, k] (row stride lda) @ w^T (w [n, k], row stride ldw).
+// out [m, n] contiguous = a [m, k] (row stride lda) @ w^T (w [n, k], row stride ldw), computed
+// transposed: out^T [n, m] = w @ a^T. The weight is brgemm's A operand, read where it lies
+// (rows of k contiguous elements, the layout nn.Linear keeps); only the activations are packed
+// into the VNNI layout of the B operand, zero-padded to 16 or 32 columns. Each output is the
+// dot product of a row of w and a row of a that at::mm computes, summed by the same kernel.
+// A large weight's rows are split among the intra-op threads, in blocks of 16.
 void run_kernel(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, int64_t m, int64_t k,
                 int64_t n) {
-  thread_local Scratch scratch;
-  scratch.packed.resize(size_t(k * n));
-  scratch.accumulator.resize(size_t(m * n));
-  pack_vnni(w, ldw, n, k, scratch.packed.data());
-  const auto* a16 = reinterpret_cast<const at::BFloat16*>(a);
-  const auto* b16 = reinterpret_cast<const at::BFloat16*>(scratch.packed.data());
-  for (int64_t n0 = 0; n0 < n; n0 += kBlock) {
-    at::native::cpublas::brgemm(m, kBlock, k, lda, kBlock, n, /*add_C=*/false, a16, b16 + n0 * k,
-                                scratch.accumulator.data() + n0, /*is_vnni=*/true);
+  thread_local std::vector<uint16_t> packed;  // a^T in VNNI layout [k/2][width][2]
+  const int64_t width = m <= 16 ? 16 : 32;
+  const int64_t pairs = k / 2;
+  packed.assign(size_t(k * width), 0);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t p = 0; p < pairs; ++p) std::memcpy(&packed[size_t(2 * (p * width + r))], a + r * lda + 2 * p, 4);
   }
-  at::native::cpublas::brgemm_release(/*is_vnni=*/true);
-  to_bfloat16(scratch.accumulator.data(), out, m * n);
+  const uint16_t* b = packed.data();
+  if (k * n < kParallelWeight || at::get_num_threads() < 2 || at::in_parallel_region()) {
+    run_rows(out, m, n, k, w, ldw, b, width, 0, n);
+    return;
+  }
+  const int64_t blocks = (n + 15) / 16;
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), blocks);
+  const int64_t per_thread = (blocks + threads - 1) / threads;
+  at::parallel_for(0, threads, 1, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) {
+      const int64_t begin = std::min(n, t * per_thread * 16), end = std::min(n, (t + 1) * per_thread * 16);
+      if (begin < end) run_rows(out, m, n, k, w, ldw, b, width, begin, end);
+    }
+  });
 }
 
 bool size_rule(int64_t m, int64_t k, int64_t n) {
-  return m >= 1 && m <= kMaxRows && k >= 2 && k % 2 == 0 && n >= kBlock && n % kBlock == 0 && k * n <= kMaxWeight;
+  return m >= 1 && m <= kMaxRows && k >= 2 && k % 2 == 0 && n >= 1;
 }
 
-// Probe data of one kind: 0 normal values; 1 small integers times powers of two; 2 products
-// in float32's denormal range (kernels differ in flushing them); 3 a mix of huge and tiny
-// magnitudes; 4 a cancellation pattern: small nonzero integers in `a`, and in `w` an eighth
-// of entries +-2^20..2^26 among small integers, so that float32 partial sums drop the small
-// terms added while a big one is pending and the result shows the order of addition (a
-// kernel that sums in another order differs in most draws).
-void fill(std::vector<uint16_t>& data, int kind, bool weight, std::mt19937& rng) {
-  std::normal_distribution<float> normal;
-  std::uniform_int_distribution<int> small(-3, 3), nonzero(1, 3), sign(0, 1), exponent(-2, 12), tiny(-75, -62),
-      wide(-30, 30), big(20, 26), eighth(0, 7);
-  for (auto& v : data) {
-    float x = 0;
+// Probe data, as bfloat16 bits from a xorshift generator (a shape's probe fills its weight
+// twice, and a vocabulary projection has tens of millions of elements).
+struct Bits {
+  uint64_t state;
+  uint64_t next() {
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return state * 0x2545F4914F6CDD1DULL;
+  }
+  // +-(1 + 7 random mantissa bits) * 2^e, e uniform in [low, high]
+  uint16_t value(int low, int high) {
+    const uint64_t r = next();
+    const int e = low + int((r >> 8) % uint64_t(high - low + 1));
+    return uint16_t(((r & 1) << 15) | (uint64_t(e + 127) << 7) | ((r >> 1) & 0x7F));
+  }
+  // +-1, +-2 or +-3, times 2^e with e uniform in [low, high] (exact in bfloat16)
+  uint16_t small_integer(int low = 0, int high = 0) {
+    const uint64_t r = next();
+    const int e = low + int((r >> 8) % uint64_t(high - low + 1));
+    return c10::BFloat16(float(1 + (r >> 1) % 3) * ((r & 1) ? -1.0f : 1.0f) * std::ldexp(1.0f, e)).x;
+  }
+};
+
+// Activations of one kind: 0 ~1; 1 +-1..3 times 2^-2..2^12; 2 tiny (their products with the
+// ~2^-40 weight fall in float32's denormal range, where kernels differ in flushing); 3 a wide
+// mix of magnitudes; 4 +-1..3 (against the cancelling weight).
+void fill_activations(std::vector<uint16_t>& a, int kind, Bits& bits) {
+  for (auto& v : a) {
     switch (kind) {
-      case 0: x = normal(rng); break;
-      case 1: x = float(small(rng)) * std::ldexp(1.0f, exponent(rng)); break;
-      case 2: x = float(small(rng)) * std::ldexp(1.0f, tiny(rng)); break;
-      case 3: x = normal(rng) * std::ldexp(1.0f, wide(rng)); break;
-      default: {
-        const float s = sign(rng) ? 1.0f : -1.0f;
-        x = weight && eighth(rng) == 0 ? s * std::ldexp(1.0f, big(rng)) : s * float(nonzero(rng));
-        break;
-      }
+      case 0: v = bits.value(-2, 1); break;
+      case 1: v = bits.small_integer(-2, 12); break;
+      case 2: v = bits.value(-100, -86); break;
+      case 3: v = bits.value(-30, 30); break;
+      default: v = bits.small_integer(); break;
     }
-    v = c10::BFloat16(x).x;
   }
 }
 
@@ -125,17 +145,25 @@ bool probe(int64_t m, int64_t k, int64_t n) {
   // real host memory and must not meet Python dispatch (as in ProgramExecutor::execute).
   c10::impl::ExcludeDispatchKeyGuard no_python(
       c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
-  std::mt19937 rng(uint32_t(m * 1000003 + k * 1009 + n));
+  Bits bits{uint64_t(m * 1000003 + k * 1009 + n) | 1};
   std::vector<uint16_t> a(size_t(m * k)), w(size_t(n * k)), mine(size_t(m * n));
   const auto options = at::TensorOptions().dtype(at::kBFloat16);
-  for (int draw = 0; draw < 10; ++draw) {
-    fill(a, draw % 5, false, rng);
-    fill(w, draw % 5, true, rng);
-    const at::Tensor ta = at::from_blob(a.data(), {m, k}, options);
-    const at::Tensor b = at::from_blob(w.data(), {k, n}, {1, k}, options);  // w^T, as nn.Linear passes it
-    const at::Tensor expected = at::cpu::mm(ta, b);  // eager's kernel, without the dispatcher
-    run_kernel(mine.data(), a.data(), k, w.data(), k, m, k, n);
-    if (std::memcmp(expected.const_data_ptr(), mine.data(), mine.size() * sizeof(uint16_t)) != 0) return false;
+  // Two weights: values ~2^-40 with random mantissas (kinds 0-3), and a cancellation pattern
+  // (kind 4): an eighth of entries +-2^20..2^26 among +-1..3, so that float32 partial sums
+  // drop the small terms added while a big one is pending and the result shows the order of
+  // addition (a kernel that sums in another order differs in most draws).
+  for (int weight = 0; weight < 2; ++weight) {
+    for (auto& v : w) v = weight == 0 ? bits.value(-43, -38) : (bits.next() % 8 == 0 ? bits.value(20, 26) : bits.small_integer());
+    for (int kind = weight == 0 ? 0 : 4; kind < (weight == 0 ? 4 : 5); ++kind) {
+      for (int draw = 0; draw < 2; ++draw) {
+        fill_activations(a, kind, bits);
+        const at::Tensor ta = at::from_blob(a.data(), {m, k}, options);
+        const at::Tensor b = at::from_blob(w.data(), {k, n}, {1, k}, options);  // w^T, as nn.Linear passes it
+        const at::Tensor expected = at::cpu::mm(ta, b);  // eager's kernel, without the dispatcher
+        run_kernel(mine.data(), a.data(), k, w.data(), k, m, k, n);
+        if (std::memcmp(expected.const_data_ptr(), mine.data(), mine.size() * sizeof(uint16_t)) != 0) return false;
+      }
+    }
   }
   return true;
 }

@@ -5,11 +5,14 @@
 // 128x256 weights at one token). The arithmetic inside that primitive is oneDNN's brgemm
 // micro-kernel (AMX or AVX512-BF16), and ATen exports that kernel directly
 // (at::native::cpublas::brgemm, the one Inductor's CPU templates call), cached per shape.
-// A program runs a small bfloat16 matmul through it: B packed per 32-column block into the
-// VNNI layout the kernel reads (a 32-bit transpose of the weight, done per call so that a
-// weight changed in place is always seen), one brgemm call per block into a float32
-// accumulator, and the same hardware conversion to bfloat16 (vcvtneps2bf16) oneDNN ends with.
-// ~2-5 us instead of ~18-20.
+// A program runs a small bfloat16 matmul through it, transposed: out^T = w @ a^T, so that
+// the weight is the kernel's A operand, read where it lies (nn.Linear's rows of k contiguous
+// elements; a weight changed in place, even through .data, is always seen, and nothing is
+// cached), and only the activations are packed into the VNNI layout of its B operand (zero-
+// padded to 16 or 32 columns). Each output is the same dot product of a weight row and an
+// activation row that at::mm computes, by the same kernel; it ends with the same hardware
+// conversion to bfloat16 (vcvtneps2bf16). ~2.5-4 us instead of ~18-20 for a 128x128 to
+// 128x256 weight at one token.
 //
 // The point is that the results stay equal to eager's bit for bit, as the fused pointwise
 // kernels do (Pointwise.h). That is an observation about oneDNN, not a documented promise,
@@ -17,9 +20,9 @@
 // the first time a process meets a shape, it runs both ways on probe data (random values,
 // values whose float32 sum depends on the order of addition, products in the denormal range)
 // and uses the kernel for that shape only if every bit matched; otherwise that shape keeps
-// at::mm, and NEURON_SIM_SMALL_MATMUL=0 turns the path off. Shapes outside the rule (K odd, N
-// not a multiple of 32, more than 64 rows or 64K weight elements, no AVX512-BF16) and run-time
-// layouts the kernel cannot read keep at::mm.
+// at::mm, and NEURON_SIM_SMALL_MATMUL=0 turns the path off. Shapes outside the rule (K odd,
+// more than 32 rows of activations or 128K weight elements, where oneDNN's threaded matmul
+// wins; no AVX512-BF16) and run-time layouts the kernel cannot read keep at::mm.
 #pragma once
 
 #include <ATen/core/Tensor.h>
