@@ -7,7 +7,7 @@
 #include "../NeuronCommon.h"
 #include "Executor.h"
 #include "Pointwise.h"
-#include "SmallMatmul.h"
+#include "../kernels/SmallMatmul.h"
 #include "runtime/program.h"
 
 namespace torch_neuron {
@@ -96,6 +96,7 @@ void bind_programs(py::module& m) {
   // Note [Small bfloat16 matmuls]: whether a shape runs through the brgemm kernel (probing it
   // the first time), and the kernel itself on CPU tensors (tests compare it with at::mm).
   m.def("small_matmul_applies", &small_matmul_applies, py::arg("m"), py::arg("k"), py::arg("n"));
+  m.def("small_matmul_calls", &small_matmul_calls);
   m.def("small_matmul", [](at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
     TORCH_CHECK(out.device().is_cpu() && a.device().is_cpu() && b.device().is_cpu(), "small_matmul: CPU tensors only");
     TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) && out.dim() == 2 && out.size(0) == a.size(0) &&

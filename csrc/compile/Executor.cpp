@@ -1,6 +1,6 @@
 #include "Executor.h"
 #include "Pointwise.h"
-#include "SmallMatmul.h"
+#include "../kernels/SmallMatmul.h"
 
 #include <ATen/CPUFunctions.h>
 #include <ATen/EmptyTensor.h>

@@ -4,11 +4,13 @@
 // narrowing. Any other call (queued, 64-bit values) takes the generic path (ZeroCopy.cpp), which holds the one 64-bit rule (Dtype64.h) and
 // queues kernels with metadata from ATen's meta functions (Note [Asynchronous kernels]).
 #include <ATen/CPUFunctions.h>
+#include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include "../NeuronAllocator.h"
 #include "../NeuronCommon.h"
+#include "SmallMatmul.h"
 #include "ZeroCopy.h"
 
 namespace torch_neuron {
@@ -98,8 +100,26 @@ at::Tensor run_generic(const c10::OperatorHandle& op, const Args&... args) {
     });                                                                                          \
   }
 
-NEURON_HOT_FUNCTIONAL("aten::mm", "", mm, (const at::Tensor& self, const at::Tensor& mat2),
-                      [](const at::Tensor& a, const at::Tensor& b) { return at::cpu::mm(a, b); }, self, mat2)
+// Note [Small bfloat16 matmuls]: a small bfloat16 product runs oneDNN's brgemm kernel
+// directly, with at::mm's bits. Its shape is probed (once per process) here, before the
+// allocation redirect, so that the probe's own tensors stay in host memory.
+at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
+  NEURON_OP("aten::mm", "");
+  return run_tracked(tracked, [&]() -> at::Tensor {
+    if (!direct(self, mat2)) return run_generic(op, self, mat2);
+    const bool small = self.scalar_type() == at::kBFloat16 && mat2.scalar_type() == at::kBFloat16 &&
+                       self.dim() == 2 && mat2.dim() == 2 && self.size(1) == mat2.size(0) &&
+                       small_matmul_applies(self.size(0), self.size(1), mat2.size(1));
+    if (small) {
+      return run_direct("aten::mm", [](const at::Tensor& a, const at::Tensor& b) {
+        at::Tensor out = at::detail::empty_cpu({a.size(0), b.size(1)}, a.options());  // as at::cpu::mm allocates
+        small_matmul(out, a, b);
+        return out;
+      }, self, mat2);
+    }
+    return run_direct("aten::mm", [](const at::Tensor& a, const at::Tensor& b) { return at::cpu::mm(a, b); }, self, mat2);
+  });
+}
 NEURON_HOT_FUNCTIONAL("aten::bmm", "", bmm, (const at::Tensor& self, const at::Tensor& mat2),
                       [](const at::Tensor& a, const at::Tensor& b) { return at::cpu::bmm(a, b); }, self, mat2)
 NEURON_HOT_FUNCTIONAL("aten::mul", "Tensor", mul, (const at::Tensor& self, const at::Tensor& other),

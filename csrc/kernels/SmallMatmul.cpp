@@ -9,6 +9,7 @@
 
 #include <immintrin.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -181,6 +182,12 @@ bool small_matmul_applies(int64_t m, int64_t k, int64_t n) {
   return found->second;
 }
 
+namespace {
+std::atomic<uint64_t> kernel_calls{0};
+}  // namespace
+
+uint64_t small_matmul_calls() { return kernel_calls.load(std::memory_order_relaxed); }
+
 void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   const bool fits = a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 &&
@@ -191,6 +198,7 @@ void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
     at::cpu::mm_out(out, a, b);
     return;
   }
+  kernel_calls.fetch_add(1, std::memory_order_relaxed);
   run_kernel(static_cast<uint16_t*>(out.mutable_data_ptr()), static_cast<const uint16_t*>(a.const_data_ptr()),
              m == 1 ? k : a.stride(0), static_cast<const uint16_t*>(b.const_data_ptr()), b.stride(1), m, k, n);
 }

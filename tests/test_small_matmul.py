@@ -1,6 +1,7 @@
-"""Small bfloat16 matmuls in programs (Note [Small bfloat16 matmuls], csrc/compile/SmallMatmul.h):
-oneDNN's brgemm kernel called directly, equal to eager's at::mm bit for bit; the per-shape
-probe keeps at::mm wherever that does not hold; layouts the kernel cannot read fall back."""
+"""Small bfloat16 matmuls, eager and in programs (Note [Small bfloat16 matmuls],
+csrc/kernels/SmallMatmul.h): oneDNN's brgemm kernel called directly, equal to the CPU's at::mm
+bit for bit; the per-shape probe keeps at::mm wherever that does not hold; layouts the kernel
+cannot read fall back."""
 import os
 import subprocess
 import sys
@@ -188,3 +189,58 @@ print({name: calls for name, calls, seconds in _C.program_profile()})
     assert result.returncode == 0, result.stderr[-2000:]
     profile = eval(result.stdout.strip().splitlines()[-1])
     assert profile.get("aten::mm") == 6 and "aten::mm (brgemm)" not in profile, profile
+
+
+@needs_kernel
+def test_eager_linear_takes_the_kernel_and_equals_cpu():
+    torch.manual_seed(0)
+    for m, k, n in [(1, 128, 256), (8, 128, 384), (32, 256, 128), (1, 768, 2560)]:
+        x, w = torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16()
+        before = _C.small_matmul_calls()
+        got = torch.nn.functional.linear(x.to("neuron"), w.to("neuron"))
+        assert _C.small_matmul_calls() == before + 1, (m, k, n)
+        assert torch.equal(got.cpu(), torch.nn.functional.linear(x, w))
+    # 33 rows, a rejected shape, float32: at::mm
+    for x, w in [(torch.randn(33, 128).bfloat16(), torch.randn(64, 128).bfloat16()),
+                 (torch.randn(2, 32).bfloat16(), torch.randn(32, 32).bfloat16()),
+                 (torch.randn(1, 128), torch.randn(128, 128))]:
+        before = _C.small_matmul_calls()
+        got = torch.nn.functional.linear(x.to("neuron"), w.to("neuron"))
+        assert torch.equal(got.cpu(), torch.nn.functional.linear(x, w))
+        if x.shape == (2, 32):
+            assert _C.small_matmul_calls() == before + (1 if _C.small_matmul_applies(2, 32, 32) else 0)
+        else:
+            assert _C.small_matmul_calls() == before
+
+
+@needs_kernel
+def test_eager_training_step_equals_cpu():
+    # forward, and the backward's products (grad_input = grad @ w: 4 rows; grad_weight has
+    # 128 rows and keeps at::mm), all equal to CPU's
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).bfloat16()
+    dev = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).bfloat16()
+    dev.load_state_dict(cpu.state_dict())
+    dev.to("neuron")
+    x = torch.randn(4, 128).bfloat16()
+    cpu(x).float().pow(2).sum().backward()
+    dev(x.to("neuron")).float().pow(2).sum().backward()
+    for (name, p), q in zip(cpu.named_parameters(), dev.parameters()):
+        assert torch.equal(p.grad, q.grad.cpu()), name
+
+
+@needs_kernel
+def test_asynchronous_mode_equals_cpu():
+    from conftest import run_python
+    code = """
+import torch, torch_neuronx
+torch.manual_seed(0)
+x, w, big = torch.randn(4, 128).bfloat16(), torch.randn(256, 128).bfloat16(), torch.randn(32000, 128).bfloat16()
+xs, ws, bigs = x.to("neuron"), w.to("neuron"), big.to("neuron")
+outs = [torch.nn.functional.linear(xs, ws) for _ in range(50)] + [torch.nn.functional.linear(xs, bigs)]
+print(all(torch.equal(o.cpu(), torch.nn.functional.linear(x, w)) for o in outs[:-1]),
+      torch.equal(outs[-1].cpu(), torch.nn.functional.linear(x, big)))
+"""
+    result = run_python(code, {"NEURON_LAUNCH_BLOCKING": "0"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "True True", result.stdout

@@ -1,0 +1,44 @@
+// Note [Small bfloat16 matmuls]
+// A bfloat16 aten::mm on this CPU goes to oneDNN's matmul primitive, which spends ~18 us per
+// call building its primitive descriptor and scratchpad, whatever the size; a decode step of a
+// small model is mostly such calls (28 of a 4-layer Llama's 29 matmuls are 128x128 to 128x256
+// weights at one token). The arithmetic inside that primitive is oneDNN's brgemm micro-kernel
+// (AMX or AVX512-BF16), and ATen exports that kernel directly (at::native::cpublas::brgemm, the
+// one Inductor's CPU templates call), cached per shape. Eager mm (kernels/Hot.cpp, on its
+// direct path) and programs (compile/Executor.cpp) run a bfloat16 matmul with at most 32 rows
+// of activations through it, transposed (out^T = w @ a^T), so that the weight is the kernel's A
+// operand, read where it lies (nn.Linear's rows of k contiguous elements; a weight changed in
+// place, even through .data, is always seen, and nothing is cached), and only the activations
+// are packed into the VNNI layout of its B operand (zero- padded to 16 or 32 columns). Each
+// output is the same dot product of a weight row and an activation row that at::mm computes, by
+// the same kernel; it ends with the same hardware conversion to bfloat16 (vcvtneps2bf16). A
+// large weight's rows are split among the intra-op threads. ~2.5-4 us instead of ~18-20 for a
+// 128x128 to 128x256 weight at one token; 53 instead of 121 for 768x2560 (two threads).
+//
+// The point is that the results stay equal to the CPU's at::mm bit for bit (eager neuron equals
+// CPU, compiled equals eager, as the fused pointwise kernels of compile/Pointwise.h keep them).
+// That is an observation about oneDNN, not a documented promise, so it is checked: the first
+// time a process meets a shape, it runs both ways on probe data (random values, values whose
+// float32 sum depends on the order of addition, products in the denormal range) and uses the
+// kernel for that shape only if every bit matched; otherwise that shape keeps at::mm, and
+// NEURON_SIM_SMALL_MATMUL=0 turns the path off. Shapes outside the rule (K odd, more than 32
+// rows of activations; no AVX512-BF16) and run-time layouts the kernel cannot read (activations
+// or weight rows not unit-strided along K, a non-contiguous output) keep at::mm.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace torch_neuron {
+
+// Whether a bfloat16 out[m, n] = a[m, k] @ b[k, n] (b the transpose of a row-major weight)
+// runs through the brgemm kernel: the size rule, the CPU, and the bit-for-bit probe of the
+// shape (run once per process per shape).
+bool small_matmul_applies(int64_t m, int64_t k, int64_t n);
+
+// out = a @ b through the brgemm kernel when the tensors' layout fits, else at::cpu::mm_out.
+void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
+
+// How many products took the brgemm kernel in this process (tests, profiling).
+uint64_t small_matmul_calls();
+
+}  // namespace torch_neuron
