@@ -25,6 +25,7 @@ namespace {
 
 constexpr int64_t kMaxRows = 32;            // m: the columns of the packed operand
 constexpr int64_t kParallelWeight = 1 << 16;  // k * n from which the rows are split among threads
+constexpr int64_t kProbeRows = 2048;          // weight rows drawn at random by the probe
 
 bool cpu_supported() {
   static const bool supported = [] {
@@ -112,17 +113,19 @@ struct Bits {
     state ^= state >> 27;
     return state * 0x2545F4914F6CDD1DULL;
   }
+  // A draw in [low, high] (multiply-shift: no division per element).
+  int in_range(uint64_t r, int low, int high) { return low + int(((r >> 32) * uint64_t(high - low + 1)) >> 32); }
   // +-(1 + 7 random mantissa bits) * 2^e, e uniform in [low, high]
   uint16_t value(int low, int high) {
     const uint64_t r = next();
-    const int e = low + int((r >> 8) % uint64_t(high - low + 1));
-    return uint16_t(((r & 1) << 15) | (uint64_t(e + 127) << 7) | ((r >> 1) & 0x7F));
+    return uint16_t(((r & 1) << 15) | (uint64_t(in_range(r, low, high) + 127) << 7) | ((r >> 1) & 0x7F));
   }
-  // +-1, +-2 or +-3, times 2^e with e uniform in [low, high] (exact in bfloat16)
+  // +-1, +-2 or +-3, times 2^e with e uniform in [low, high], as bfloat16 bits (3 = 1.5 * 2)
   uint16_t small_integer(int low = 0, int high = 0) {
     const uint64_t r = next();
-    const int e = low + int((r >> 8) % uint64_t(high - low + 1));
-    return c10::BFloat16(float(1 + (r >> 1) % 3) * ((r & 1) ? -1.0f : 1.0f) * std::ldexp(1.0f, e)).x;
+    const int v = 1 + int(((r >> 1) & 0xFFFF) * 3 >> 16);
+    const int e = in_range(r, low, high) + (v > 1 ? 1 : 0);
+    return uint16_t(((r & 1) << 15) | (uint64_t(e + 127) << 7) | (v == 3 ? 0x40 : 0));
   }
 };
 
@@ -154,7 +157,15 @@ bool probe(int64_t m, int64_t k, int64_t n) {
   // drop the small terms added while a big one is pending and the result shows the order of
   // addition (a kernel that sums in another order differs in most draws).
   for (int weight = 0; weight < 2; ++weight) {
-    for (auto& v : w) v = weight == 0 ? bits.value(-43, -38) : (bits.next() % 8 == 0 ? bits.value(20, 26) : bits.small_integer());
+    // Random rows up to kProbeRows, repeated below them (a vocabulary projection has tens of
+    // millions of elements): every row is still computed and compared, in every thread's part.
+    const size_t random = size_t(std::min(n, kProbeRows) * k);
+    for (size_t i = 0; i < random; ++i) {
+      w[i] = weight == 0 ? bits.value(-43, -38) : (bits.next() % 8 == 0 ? bits.value(20, 26) : bits.small_integer());
+    }
+    for (size_t done = random; done < w.size(); done += random) {
+      std::memcpy(&w[done], w.data(), std::min(random, w.size() - done) * sizeof(uint16_t));
+    }
     for (int kind = weight == 0 ? 0 : 4; kind < (weight == 0 ? 4 : 5); ++kind) {
       for (int draw = 0; draw < 2; ++draw) {
         fill_activations(a, kind, bits);
