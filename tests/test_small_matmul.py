@@ -50,7 +50,7 @@ def test_kernel_equals_eager_bit_for_bit(shape):
     for a, w in draws(m, k, n, 20, g):
         expected = torch.mm(a, w.t())
         out = torch.empty_like(expected)
-        _C.small_matmul(out, a, w.t())
+        assert _C._small_matmul_unchecked(out, a, w.t())
         assert torch.equal(out, expected)
 
 
@@ -68,7 +68,7 @@ def test_large_weights_split_among_threads_equal_eager(shape, threads):
         for a, w in draws(m, k, n, 4, g):
             expected = torch.mm(a, w.t())
             out = torch.empty_like(expected)
-            _C.small_matmul(out, a, w.t())
+            assert _C._small_matmul_unchecked(out, a, w.t())
             assert torch.equal(out, expected)
     finally:
         torch.set_num_threads(previous)
@@ -86,20 +86,22 @@ def test_probe_rejects_shapes_where_onednn_sums_otherwise():
         for a, w in draws(m, k, n, 40, g):
             expected = torch.mm(a, w.t())
             out = torch.empty_like(expected)
-            _C.small_matmul(out, a, w.t())  # the kernel whatever the probe said (the size rule holds)
+            assert _C._small_matmul_unchecked(out, a, w.t())  # whatever the probe said
             differs = differs or not torch.equal(out, expected)
         verdicts[shape] = (_C.small_matmul_applies(m, k, n), differs)
     assert all(applies != differs for applies, differs in verdicts.values()), verdicts
     assert any(not applies for applies, _ in verdicts.values()), "no shape rejected: the probe was not exercised"
 
 
-@pytest.mark.parametrize("layout", ["a row stride > k", "w row stride > k", "b contiguous (falls back)",
-                                    "a transposed (falls back)", "out non-contiguous (falls back)",
-                                    "float32 (falls back)", "33 rows (falls back)", "n not a multiple of 16"])
+@pytest.mark.parametrize("layout", ["a row stride > k", "w row stride > k", "n not a multiple of 16",
+                                    "b contiguous (falls back)", "a transposed (falls back)",
+                                    "out non-contiguous (falls back)", "float32 (falls back)",
+                                    "33 rows (falls back)", "out overlaps a (falls back)"])
 def test_layouts_equal_eager(layout):
     g = torch.Generator().manual_seed(1)
     dtype = torch.float32 if layout.startswith("float32") else torch.bfloat16
-    m, k, n = {"n not a multiple of 16": (4, 128, 40), "33 rows (falls back)": (33, 128, 64)}.get(layout, (4, 128, 64))
+    m, k, n = {"n not a multiple of 16": (4, 128, 40), "33 rows (falls back)": (33, 128, 64),
+               "out overlaps a (falls back)": (4, 128, 128)}.get(layout, (4, 128, 64))
     a = torch.randn(m, k, generator=g).to(dtype)
     w = torch.randn(n, k, generator=g).to(dtype)
     b = w.t()
@@ -114,8 +116,18 @@ def test_layouts_equal_eager(layout):
         a = a.t().contiguous().t()
     elif layout == "out non-contiguous (falls back)":
         out = torch.empty(n, m, dtype=dtype).t()
-    _C.small_matmul(out, a, b)
-    assert torch.equal(out, torch.mm(a, b))
+    elif layout == "out overlaps a (falls back)":
+        out = a
+    expected = torch.mm(a, b)
+    if SUPPORTED and dtype == torch.bfloat16:
+        probe = torch.empty_like(out) if layout.startswith("out overlaps") else out
+        ran = _C._small_matmul_unchecked(out if layout.startswith("out overlaps") else probe, a, b)
+        assert ran == ("falls back" not in layout), layout
+        if ran:
+            assert torch.equal(probe, expected)
+    if not layout.startswith("out overlaps"):  # at::mm_out refuses an out that is an input
+        _C.small_matmul(out, a, b)
+        assert torch.equal(out, expected)
 
 
 def test_bad_shapes_are_a_clear_error():

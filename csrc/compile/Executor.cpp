@@ -389,7 +389,10 @@ void ProgramExecutor::build() {
         const auto& sa = values[a].spec.sizes;
         const auto& sb = values[b].spec.sizes;
         if (scalar_type(values[out].spec.dtype) == at::kBFloat16 && sa.size() == 2 && sb.size() == 2 &&
-            small_matmul_applies(sa[0], sa[1], sb[1])) {
+            small_matmul_applies(sa[0], sa[1], sb[1])) {  // probed now, for this thread's count
+          // small_matmul decides again per call (a cached lookup): the verdict is per intra-op
+          // thread count, and a program may run on a stream's worker with another count
+          // (Note [Kernel threads]), or with oneDNN turned off meanwhile.
           step->direct = [=](const auto&, const Get& v) { small_matmul(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
           step->name = "aten::mm (brgemm)";  // as the profile shows it
         }

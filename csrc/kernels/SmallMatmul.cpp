@@ -1,6 +1,7 @@
 #include "SmallMatmul.h"
 
 #include <ATen/CPUFunctions.h>
+#include <ATen/Context.h>
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -23,10 +25,15 @@
 namespace torch_neuron {
 namespace {
 
-constexpr int64_t kMaxRows = 32;            // m: the columns of the packed operand
-constexpr int64_t kParallelWeight = 1 << 16;  // k * n from which the rows are split among threads
-constexpr int64_t kProbeRows = 2048;          // weight rows drawn at random by the probe
+constexpr int64_t kMaxRows = 32;              // m: the columns of the packed operand
+constexpr int64_t kMaxWeight = int64_t(1) << 25;  // k * n: a larger weight's probe costs > 0.1 s
+constexpr int64_t kParallelWeight = 1 << 16;    // k * n from which the rows are split among threads
+constexpr int64_t kChunkRows = 1024;            // weight rows per brgemm call (bounds the accumulator)
+constexpr int64_t kProbeRows = 2048;            // weight rows drawn at random by the probe
 
+// The CPU's side: AMX (ATen's bfloat16 brgemm with VNNI needs it; could_pack says so) and
+// AVX512-BF16 for the conversion. Asked only while oneDNN is enabled (could_pack also reads
+// torch.backends.mkldnn's flag), and kept: the hardware does not change.
 bool cpu_supported() {
   static const bool supported = [] {
     const char* env = std::getenv("NEURON_SIM_SMALL_MATMUL");
@@ -46,26 +53,29 @@ __attribute__((target("avx512f,avx512bf16"))) void to_bfloat16(const float* in, 
   }
 }
 
-// Rows [begin, end) of out^T = w @ packed (accumulated in float32, [rows][width]), written to
-// out's columns [begin, end) in bfloat16.
+// Rows [begin, end) of out^T = w @ packed, kChunkRows at a time (accumulated in float32,
+// [rows][width]), written to out's columns [begin, end) in bfloat16. Each output element is one
+// brgemm dot product over all of k, whichever chunk or thread computes it.
 void run_rows(uint16_t* out, int64_t m, int64_t n, int64_t k, const uint16_t* w, int64_t ldw, const uint16_t* packed,
               int64_t width, int64_t begin, int64_t end) {
-  const int64_t rows = end - begin;
   thread_local std::vector<float> accumulator, row;
   thread_local std::vector<uint16_t> converted;
-  accumulator.resize(size_t(rows * width));
-  at::native::cpublas::brgemm(rows, width, k, ldw, width, width, /*add_C=*/false,
-                              reinterpret_cast<const at::BFloat16*>(w + begin * ldw),
-                              reinterpret_cast<const at::BFloat16*>(packed), accumulator.data(), /*is_vnni=*/true);
-  at::native::cpublas::brgemm_release(/*is_vnni=*/true);
-  const int64_t padded = (rows + 15) / 16 * 16;
-  row.assign(size_t(padded), 0.0f);
-  converted.resize(size_t(padded));
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t c = 0; c < rows; ++c) row[size_t(c)] = accumulator[size_t(c * width + r)];
-    to_bfloat16(row.data(), converted.data(), padded);
-    std::memcpy(out + r * n + begin, converted.data(), size_t(rows) * sizeof(uint16_t));
+  for (int64_t first = begin; first < end; first += kChunkRows) {
+    const int64_t rows = std::min(kChunkRows, end - first);
+    accumulator.resize(size_t(rows * width));
+    at::native::cpublas::brgemm(rows, width, k, ldw, width, width, /*add_C=*/false,
+                                reinterpret_cast<const at::BFloat16*>(w + first * ldw),
+                                reinterpret_cast<const at::BFloat16*>(packed), accumulator.data(), /*is_vnni=*/true);
+    const int64_t padded = (rows + 15) / 16 * 16;
+    row.assign(size_t(padded), 0.0f);
+    converted.resize(size_t(padded));
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < rows; ++c) row[size_t(c)] = accumulator[size_t(c * width + r)];
+      to_bfloat16(row.data(), converted.data(), padded);
+      std::memcpy(out + r * n + first, converted.data(), size_t(rows) * sizeof(uint16_t));
+    }
   }
+  at::native::cpublas::brgemm_release(/*is_vnni=*/true);
 }
 
 // out [m, n] contiguous = a [m, k] (row stride lda) @ w^T (w [n, k], row stride ldw), computed
@@ -100,7 +110,7 @@ void run_kernel(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w
 }
 
 bool size_rule(int64_t m, int64_t k, int64_t n) {
-  return m >= 1 && m <= kMaxRows && k >= 2 && k % 2 == 0 && n >= 1;
+  return m >= 1 && m <= kMaxRows && k >= 2 && k % 2 == 0 && n >= 1 && k * n <= kMaxWeight;
 }
 
 // Probe data, as bfloat16 bits from a xorshift generator (a shape's probe fills its weight
@@ -183,14 +193,41 @@ bool probe(int64_t m, int64_t k, int64_t n) {
 }  // namespace
 
 bool small_matmul_applies(int64_t m, int64_t k, int64_t n) {
-  if (!size_rule(m, k, n) || !cpu_supported()) return false;
+  // torch.backends.mkldnn.flags(enabled=False): at::mm then avoids oneDNN, and ATen's brgemm
+  // refuses to run (review 15, finding 1). Checked on every call, before the CPU's side.
+  if (!size_rule(m, k, n) || !at::globalContext().userEnabledMkldnn() || !cpu_supported()) return false;
+  // oneDNN's matmul splits some shapes' sums among its threads, so at::mm's bits depend on the
+  // intra-op thread count (review 15, finding 2: 32x768x31 at 1 thread and at 2); the kernel's
+  // do not. A verdict holds for one thread count: the current thread's, as at::mm would use.
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+  const Key key{m, k, n, int64_t(at::get_num_threads())};
+  thread_local std::map<Key, bool> seen;  // no lock on later calls
+  const auto known = seen.find(key);
+  if (known != seen.end()) return known->second;
+  // One probe per key, run outside the table's lock: a probe of a large shape takes up to
+  // ~0.1 s, and calls on other shapes need not wait for it.
+  struct Verdict {
+    std::once_flag once;
+    bool value = false;
+  };
   static std::mutex mutex;
-  static std::map<std::tuple<int64_t, int64_t, int64_t>, bool> checked;
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(m, k, n);
-  auto found = checked.find(key);
-  if (found == checked.end()) found = checked.emplace(key, probe(m, k, n)).first;
-  return found->second;
+  static std::map<Key, std::shared_ptr<Verdict>> checked;
+  std::shared_ptr<Verdict> verdict;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& slot = checked[key];
+    if (!slot) slot = std::make_shared<Verdict>();
+    verdict = slot;
+  }
+  std::call_once(verdict->once, [&] {
+    try {
+      verdict->value = probe(m, k, n);
+    } catch (const std::exception&) {  // e.g. oneDNN turned off meanwhile: keep at::mm
+      verdict->value = false;
+    }
+  });
+  seen.emplace(key, verdict->value);
+  return verdict->value;
 }
 
 namespace {
@@ -199,19 +236,50 @@ std::atomic<uint64_t> kernel_calls{0};
 
 uint64_t small_matmul_calls() { return kernel_calls.load(std::memory_order_relaxed); }
 
-void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+namespace {
+
+// Whether the memory two tensors span (first to last element) intersects. Programs keep
+// their values in one arena, so sharing a storage is common; sharing bytes is not.
+bool spans_overlap(const at::Tensor& x, const at::Tensor& y) {
+  if (x.numel() == 0 || y.numel() == 0) return false;
+  auto span = [](const at::Tensor& t) {
+    int64_t last = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+    const auto* first = static_cast<const char*>(t.const_data_ptr());
+    return std::make_pair(first, first + (last + 1) * int64_t(t.element_size()));
+  };
+  const auto [x0, x1] = span(x);
+  const auto [y0, y1] = span(y);
+  return x0 < y1 && y0 < x1;
+}
+
+// The brgemm kernel when the tensors' layout fits (whatever the probe says), else false.
+bool run_if_layout_fits(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   const bool fits = a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 &&
                     out.scalar_type() == at::kBFloat16 && out.is_contiguous() && size_rule(m, k, n) &&
                     a.stride(1) == 1 && (m == 1 || a.stride(0) >= k) &&  // a: rows of k contiguous elements
-                    b.stride(0) == 1 && b.stride(1) >= k;  // b = w^T, w's rows contiguous
-  if (!fits) {
-    at::cpu::mm_out(out, a, b);
-    return;
-  }
+                    b.stride(0) == 1 && b.stride(1) >= k &&              // b = w^T, w's rows contiguous
+                    // threads write rows of out while others read rows of w
+                    !spans_overlap(out, a) && !spans_overlap(out, b);
+  if (!fits) return false;
   kernel_calls.fetch_add(1, std::memory_order_relaxed);
   run_kernel(static_cast<uint16_t*>(out.mutable_data_ptr()), static_cast<const uint16_t*>(a.const_data_ptr()),
              m == 1 ? k : a.stride(0), static_cast<const uint16_t*>(b.const_data_ptr()), b.stride(1), m, k, n);
+  return true;
+}
+
+}  // namespace
+
+void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+  if (small_matmul_applies(a.size(0), a.size(1), b.size(1)) && run_if_layout_fits(out, a, b)) return;
+  at::cpu::mm_out(out, a, b);
+}
+
+bool small_matmul_unchecked(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(at::globalContext().userEnabledMkldnn() && cpu_supported(),
+              "small_matmul_unchecked: this CPU (or oneDNN's setting) does not run the brgemm kernel");
+  return run_if_layout_fits(out, a, b);
 }
 
 }  // namespace torch_neuron

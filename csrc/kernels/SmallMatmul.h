@@ -15,15 +15,22 @@
 // large weight's rows are split among the intra-op threads. ~2.5-4 us instead of ~18-20 for a
 // 128x128 to 128x256 weight at one token; 53 instead of 121 for 768x2560 (two threads).
 //
-// The point is that the results stay equal to the CPU's at::mm bit for bit (eager neuron equals
-// CPU, compiled equals eager, as the fused pointwise kernels of compile/Pointwise.h keep them).
-// That is an observation about oneDNN, not a documented promise, so it is checked: the first
-// time a process meets a shape, it runs both ways on probe data (random values, values whose
-// float32 sum depends on the order of addition, products in the denormal range) and uses the
-// kernel for that shape only if every bit matched; otherwise that shape keeps at::mm, and
-// NEURON_SIM_SMALL_MATMUL=0 turns the path off. Shapes outside the rule (K odd, more than 32
-// rows of activations; no AVX512-BF16) and run-time layouts the kernel cannot read (activations
-// or weight rows not unit-strided along K, a non-contiguous output) keep at::mm.
+// The point is that the results stay equal to the CPU's at::mm bit for bit (eager neuron
+// equals CPU, compiled equals eager, as the fused pointwise kernels of compile/Pointwise.h
+// keep them). That is an observation about oneDNN, not a documented promise, so it is
+// checked: the first time a process meets a shape at an intra-op thread count (oneDNN splits
+// some shapes' sums among its threads, so at::mm's bits depend on the count; the kernel's do
+// not), it runs both ways on probe data (random values, values whose float32 sum depends on
+// the order of addition, products in the denormal range) and uses the kernel for that shape
+// and count only if every bit matched; otherwise it keeps at::mm. One probe per key, outside
+// any lock other calls need; later calls look the verdict up in a per-thread table.
+//
+// Kept at::mm: NEURON_SIM_SMALL_MATMUL=0; torch.backends.mkldnn.flags(enabled=False) (at::mm
+// then avoids oneDNN, and ATen's brgemm refuses to run; checked per call); a CPU without AMX
+// (ATen's bfloat16 brgemm needs it) or AVX512-BF16; K odd; more than 32 rows of activations;
+// weights over 32M elements (their probe would cost > 0.1 s); layouts the kernel cannot read
+// (activations or weight rows not unit-strided along K, a non-contiguous output, an output
+// overlapping an input).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -35,8 +42,12 @@ namespace torch_neuron {
 // shape (run once per process per shape).
 bool small_matmul_applies(int64_t m, int64_t k, int64_t n);
 
-// out = a @ b through the brgemm kernel when the tensors' layout fits, else at::cpu::mm_out.
+// out = a @ b: through the brgemm kernel when small_matmul_applies and the tensors' layout
+// fits (and out overlaps neither input), else at::cpu::mm_out. out is [m, n].
 void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
+
+// Tests only: the kernel whatever the probe said, when the layout fits (false: it did not run).
+bool small_matmul_unchecked(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 
 // How many products took the brgemm kernel in this process (tests, profiling).
 uint64_t small_matmul_calls();

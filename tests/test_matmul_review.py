@@ -1,0 +1,14 @@
+"""The repros of review 15 (small bfloat16 matmuls through oneDNN's brgemm kernel, Note [Small
+bfloat16 matmuls]), kept as regression tests: each script exits 0 when its finding is fixed
+(tests/matmul_review/, one process each: they set oneDNN's flag and the thread count).
+01: with torch.backends.mkldnn.flags(enabled=False) the kernel raised (ATen's brgemm refuses
+to run) where at::mm computes; 02: a shape's verdict ignored the intra-op thread count, which
+changes at::mm's bits for some shapes (32x768x31)."""
+import pytest
+
+from conftest import review_repros, run_review_repro
+
+
+@pytest.mark.parametrize("script", review_repros("matmul_review"))
+def test_review_finding_stays_fixed(script, tmp_path):
+    run_review_repro("matmul_review", script, tmp_path)
