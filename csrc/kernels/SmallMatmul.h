@@ -4,26 +4,27 @@
 // small model is mostly such calls (28 of a 4-layer Llama's 29 matmuls are 128x128 to 128x256
 // weights at one token). The arithmetic inside that primitive is oneDNN's brgemm micro-kernel
 // (AMX or AVX512-BF16), and ATen exports that kernel directly (at::native::cpublas::brgemm, the
-// one Inductor's CPU templates call), cached per shape. Eager mm (kernels/Hot.cpp, on its
-// direct path) and programs (compile/Executor.cpp) run a bfloat16 matmul with at most 32 rows
-// of activations through it, transposed (out^T = w @ a^T), so that the weight is the kernel's A
-// operand, read where it lies (nn.Linear's rows of k contiguous elements; a weight changed in
-// place, even through .data, is always seen, and nothing is cached), and only the activations
-// are packed into the VNNI layout of its B operand (zero- padded to 16 or 32 columns). Each
-// output is the same dot product of a weight row and an activation row that at::mm computes, by
-// the same kernel; it ends with the same hardware conversion to bfloat16 (vcvtneps2bf16). A
-// large weight's rows are split among the intra-op threads. ~2.5-4 us instead of ~18-20 for a
-// 128x128 to 128x256 weight at one token; 53 instead of 121 for 768x2560 (two threads).
+// one Inductor's CPU templates call), cached per shape. Eager mm (kernels/Hot.cpp on its direct
+// path, kernels/ZeroCopy.cpp when queued in asynchronous mode) and programs
+// (compile/Executor.cpp) run a bfloat16 matmul with at most 32 rows of activations through it,
+// transposed (out^T = w @ a^T), so that the weight is the kernel's A operand, read where it
+// lies (nn.Linear's rows of k contiguous elements; a weight changed in place, even through
+// .data, is always seen, and nothing is cached), and only the activations are packed into the
+// VNNI layout of its B operand (zero-padded to 16 or 32 columns). Each output is the same dot
+// product of a weight row and an activation row that at::mm computes, by the same kernel; it
+// ends with the same hardware conversion to bfloat16 (vcvtneps2bf16). A large weight's rows are
+// split among the intra-op threads. ~2.5-4 us instead of ~18-20 for a 128x128 to 128x256 weight
+// at one token; 53 instead of 121 for 768x2560 (two threads).
 //
-// The point is that the results stay equal to the CPU's at::mm bit for bit (eager neuron
-// equals CPU, compiled equals eager, as the fused pointwise kernels of compile/Pointwise.h
-// keep them). That is an observation about oneDNN, not a documented promise, so it is
-// checked: the first time a process meets a shape at an intra-op thread count (oneDNN splits
-// some shapes' sums among its threads, so at::mm's bits depend on the count; the kernel's do
-// not), it runs both ways on probe data (random values, values whose float32 sum depends on
-// the order of addition, products in the denormal range) and uses the kernel for that shape
-// and count only if every bit matched; otherwise it keeps at::mm. One probe per key, outside
-// any lock other calls need; later calls look the verdict up in a per-thread table.
+// The point is that the results stay equal to the CPU's at::mm bit for bit (eager neuron equals
+// CPU, compiled equals eager, as the fused pointwise kernels of compile/Pointwise.h keep them).
+// That is an observation about oneDNN, not a documented promise, so it is checked: the first
+// time a process meets a shape at an intra-op thread count (oneDNN splits some shapes' sums
+// among its threads, so at::mm's bits depend on the count; the kernel's do not), it runs both
+// ways on probe data (random values, values whose float32 sum depends on the order of addition,
+// products in the denormal range) and uses the kernel for that shape and count only if every
+// bit matched; otherwise it keeps at::mm. One probe per key, outside any lock other calls need;
+// later calls look the verdict up in a per-thread table.
 //
 // Kept at::mm: NEURON_SIM_SMALL_MATMUL=0; torch.backends.mkldnn.flags(enabled=False) (at::mm
 // then avoids oneDNN, and ATen's brgemm refuses to run; checked per call); a CPU without AMX

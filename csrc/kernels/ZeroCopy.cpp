@@ -1,5 +1,6 @@
 #include "ZeroCopy.h"
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/List.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
@@ -23,6 +24,7 @@
 #include "../HostWait.h"
 #include "../NeuronCommon.h"
 #include "../NeuronGenerator.h"
+#include "SmallMatmul.h"
 
 namespace torch_neuron {
 
@@ -392,6 +394,20 @@ bool mixes_widths(ForEachTensor for_each) {
   return (wide_float && narrow_float) || (wide_int && narrow_int);
 }
 
+// aten::mm of two 2-D bfloat16 host tensors whose shape takes the brgemm kernel at this
+// thread's count (Note [Small bfloat16 matmuls]; probes the shape the first time).
+bool is_small_bf16_mm(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  if (stack.size() != 2 || !stack[0].isTensor() || !stack[1].isTensor()) return false;
+  const at::Tensor& a = stack[0].toTensor();
+  const at::Tensor& b = stack[1].toTensor();
+  if (a.scalar_type() != at::kBFloat16 || b.scalar_type() != at::kBFloat16 || a.dim() != 2 || b.dim() != 2 ||
+      a.size(1) != b.size(0) || !a.device().is_cpu() || !b.device().is_cpu()) {
+    return false;
+  }
+  const auto& name = op.operator_name();
+  return name.name == "aten::mm" && name.overload_name.empty() && small_matmul_applies(a.size(0), a.size(1), b.size(1));
+}
+
 // Runs `op` on host arguments (neuron tensors replaced by host views) with Note [64-bit as
 // 32-bit]; the call's device is `device` (the redirect is the caller's). Returns the CPU
 // results. When `outputs` is given (queued functional ops), the results are written into
@@ -435,6 +451,10 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
     if (plan.is_written[i] && args[i].isTensor()) written.emplace_back(i, args[i].toTensor());
   }
   torch::jit::Stack stack = args;
+  // Note [Small bfloat16 matmuls]: a queued (or first-of-its-signature) bf16 aten::mm takes
+  // the brgemm kernel too. Its shape is probed here, before the output lending below, so
+  // that the probe's own tensors never take the lent memory.
+  const bool small_mm = wide.empty() && is_small_bf16_mm(op, stack);
   // Queued functional op with one output: the kernel's output is allocated in the
   // preallocated output's memory when the sizes match (no second buffer, no copy below).
   // Not with several outputs: a kernel allocating them in another order would swap them.
@@ -446,7 +466,13 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
     }
     lend.emplace(storages);
   }
-  if (wide.empty()) {
+  if (small_mm) {
+    const at::Tensor a = stack[0].toTensor(), b = stack[1].toTensor();
+    at::Tensor out = at::detail::empty_cpu({a.size(0), b.size(1)}, a.options());  // as at::mm allocates
+    small_matmul(out, a, b);
+    stack.clear();
+    stack.emplace_back(std::move(out));
+  } else if (wide.empty()) {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
   } else {
     try {
