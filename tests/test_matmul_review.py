@@ -3,7 +3,9 @@ bfloat16 matmuls]), kept as regression tests: each script exits 0 when its findi
 (tests/matmul_review/, one process each: they set oneDNN's flag and the thread count).
 01: with torch.backends.mkldnn.flags(enabled=False) the kernel raised (ATen's brgemm refuses
 to run) where at::mm computes; 02: a shape's verdict ignored the intra-op thread count, which
-changes at::mm's bits for some shapes (32x768x31)."""
+changes at::mm's bits for some shapes (32x768x31). From review 15b: 03, oneDNN turned off by
+the host while a queued bf16 mm ran on the stream worker failed the stream (ATen's brgemm
+checks the flag per call); 04, a verdict taken while oneDNN was off for a moment stayed "no"."""
 import pytest
 
 from conftest import review_repros, run_review_repro

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -60,6 +61,9 @@ void run_rows(uint16_t* out, int64_t m, int64_t n, int64_t k, const uint16_t* w,
               int64_t width, int64_t begin, int64_t end) {
   thread_local std::vector<float> accumulator, row;
   thread_local std::vector<uint16_t> converted;
+  struct Release {  // the AMX state goes back also when brgemm throws
+    ~Release() { at::native::cpublas::brgemm_release(/*is_vnni=*/true); }
+  } release;
   for (int64_t first = begin; first < end; first += kChunkRows) {
     const int64_t rows = std::min(kChunkRows, end - first);
     accumulator.resize(size_t(rows * width));
@@ -75,7 +79,6 @@ void run_rows(uint16_t* out, int64_t m, int64_t n, int64_t k, const uint16_t* w,
       std::memcpy(out + r * n + first, converted.data(), size_t(rows) * sizeof(uint16_t));
     }
   }
-  at::native::cpublas::brgemm_release(/*is_vnni=*/true);
 }
 
 // out [m, n] contiguous = a [m, k] (row stride lda) @ w^T (w [n, k], row stride ldw), computed
@@ -205,9 +208,13 @@ bool small_matmul_applies(int64_t m, int64_t k, int64_t n) {
   const auto known = seen.find(key);
   if (known != seen.end()) return known->second;
   // One probe per key, run outside the table's lock: a probe of a large shape takes up to
-  // ~0.1 s, and calls on other shapes need not wait for it.
+  // ~0.1 s, and calls on other shapes need not wait for it. A verdict is stored only when it
+  // is reliable: oneDNN stayed on during the probe (another thread may turn it off for a
+  // moment: at::mm then sums another way, or brgemm throws; review 15b, finding 2), and a
+  // "no" is confirmed by a second probe. An unreliable one answers "no" for this call only.
   struct Verdict {
-    std::once_flag once;
+    std::mutex mutex;
+    bool known = false;
     bool value = false;
   };
   static std::mutex mutex;
@@ -219,13 +226,23 @@ bool small_matmul_applies(int64_t m, int64_t k, int64_t n) {
     if (!slot) slot = std::make_shared<Verdict>();
     verdict = slot;
   }
-  std::call_once(verdict->once, [&] {
-    try {
-      verdict->value = probe(m, k, n);
-    } catch (const std::exception&) {  // e.g. oneDNN turned off meanwhile: keep at::mm
-      verdict->value = false;
-    }
-  });
+  std::lock_guard<std::mutex> lock(verdict->mutex);
+  if (!verdict->known) {
+    auto attempt = [&]() -> std::optional<bool> {
+      try {
+        const bool value = probe(m, k, n);
+        if (!at::globalContext().userEnabledMkldnn()) return std::nullopt;
+        return value;
+      } catch (const std::exception&) {  // e.g. oneDNN turned off meanwhile
+        return std::nullopt;
+      }
+    };
+    std::optional<bool> value = attempt();
+    if (value.has_value() && !*value) value = attempt();
+    if (!value.has_value()) return false;
+    verdict->known = true;
+    verdict->value = *value;
+  }
   seen.emplace(key, verdict->value);
   return verdict->value;
 }
@@ -272,7 +289,15 @@ bool run_if_layout_fits(at::Tensor& out, const at::Tensor& a, const at::Tensor& 
 }  // namespace
 
 void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
-  if (small_matmul_applies(a.size(0), a.size(1), b.size(1)) && run_if_layout_fits(out, a, b)) return;
+  if (small_matmul_applies(a.size(0), a.size(1), b.size(1))) {
+    try {
+      if (run_if_layout_fits(out, a, b)) return;
+    } catch (const c10::Error&) {
+      // ATen's brgemm checks oneDNN's flag on every call: another thread turned it off after
+      // our check (review 15b, finding 1). at::mm computes it instead (out overlaps neither
+      // input and is rewritten whole).
+    }
+  }
   at::cpu::mm_out(out, a, b);
 }
 
