@@ -4,7 +4,6 @@
 // narrowing. Any other call (queued, 64-bit values) takes the generic path (ZeroCopy.cpp), which holds the one 64-bit rule (Dtype64.h) and
 // queues kernels with metadata from ATen's meta functions (Note [Asynchronous kernels]).
 #include <ATen/CPUFunctions.h>
-#include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -107,15 +106,9 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   NEURON_OP("aten::mm", "");
   return run_tracked(tracked, [&]() -> at::Tensor {
     if (!direct(self, mat2)) return run_generic(op, self, mat2);
-    const bool small = self.scalar_type() == at::kBFloat16 && mat2.scalar_type() == at::kBFloat16 &&
-                       self.dim() == 2 && mat2.dim() == 2 && self.size(1) == mat2.size(0) &&
-                       small_matmul_applies(self.size(0), self.size(1), mat2.size(1));
-    if (small) {
-      return run_direct("aten::mm", [](const at::Tensor& a, const at::Tensor& b) {
-        at::Tensor out = at::detail::empty_cpu({a.size(0), b.size(1)}, a.options());  // as at::cpu::mm allocates
-        small_matmul(out, a, b);
-        return out;
-      }, self, mat2);
+    if (small_matmul_suits(self, mat2)) {
+      return run_direct("aten::mm", [](const at::Tensor& a, const at::Tensor& b) { return small_matmul(a, b); }, self,
+                        mat2);
     }
     return run_direct("aten::mm", [](const at::Tensor& a, const at::Tensor& b) { return at::cpu::mm(a, b); }, self, mat2);
   });

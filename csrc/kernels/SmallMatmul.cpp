@@ -2,6 +2,7 @@
 
 #include <ATen/CPUFunctions.h>
 #include <ATen/Context.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
@@ -31,6 +32,8 @@ constexpr int64_t kMaxWeight = int64_t(1) << 25;  // k * n: a larger weight's pr
 constexpr int64_t kParallelWeight = 1 << 16;    // k * n from which the rows are split among threads
 constexpr int64_t kChunkRows = 1024;            // weight rows per brgemm call (bounds the accumulator)
 constexpr int64_t kProbeRows = 2048;            // weight rows drawn at random by the probe
+
+std::atomic<uint64_t> kernel_calls{0};  // small_matmul_calls()
 
 // The CPU's side: AMX (ATen's bfloat16 brgemm with VNNI needs it; could_pack says so) and
 // AVX512-BF16 for the conversion. Asked only while oneDNN is enabled (could_pack also reads
@@ -247,11 +250,12 @@ bool small_matmul_applies(int64_t m, int64_t k, int64_t n) {
   return verdict->value;
 }
 
-namespace {
-std::atomic<uint64_t> kernel_calls{0};
-}  // namespace
-
 uint64_t small_matmul_calls() { return kernel_calls.load(std::memory_order_relaxed); }
+
+bool small_matmul_suits(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 && a.dim() == 2 && b.dim() == 2 &&
+         a.size(1) == b.size(0) && small_matmul_applies(a.size(0), a.size(1), b.size(1));
+}
 
 namespace {
 
@@ -299,6 +303,12 @@ void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
     }
   }
   at::cpu::mm_out(out, a, b);
+}
+
+at::Tensor small_matmul(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor out = at::detail::empty_cpu({a.size(0), b.size(1)}, a.options());
+  small_matmul(out, a, b);
+  return out;
 }
 
 bool small_matmul_unchecked(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {

@@ -43,6 +43,14 @@ namespace torch_neuron {
 // shape (run once per process per shape).
 bool small_matmul_applies(int64_t m, int64_t k, int64_t n);
 
+// small_matmul_applies for a @ b given as tensors: both bfloat16 and 2-D, inner sizes equal.
+// Probes the shape the first time: call it outside an allocation redirect or output lending.
+bool small_matmul_suits(const at::Tensor& a, const at::Tensor& b);
+
+// a @ b into a fresh CPU tensor (allocated as at::cpu::mm allocates its result, so that a
+// redirect or lending in effect places it), through small_matmul.
+at::Tensor small_matmul(const at::Tensor& a, const at::Tensor& b);
+
 // out = a @ b: through the brgemm kernel when small_matmul_applies and the tensors' layout
 // fits (and out overlaps neither input), else at::cpu::mm_out. out is [m, n].
 void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);

@@ -1,6 +1,5 @@
 #include "ZeroCopy.h"
 
-#include <ATen/EmptyTensor.h>
 #include <ATen/core/List.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
@@ -398,14 +397,9 @@ bool mixes_widths(ForEachTensor for_each) {
 // thread's count (Note [Small bfloat16 matmuls]; probes the shape the first time).
 bool is_small_bf16_mm(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   if (stack.size() != 2 || !stack[0].isTensor() || !stack[1].isTensor()) return false;
-  const at::Tensor& a = stack[0].toTensor();
-  const at::Tensor& b = stack[1].toTensor();
-  if (a.scalar_type() != at::kBFloat16 || b.scalar_type() != at::kBFloat16 || a.dim() != 2 || b.dim() != 2 ||
-      a.size(1) != b.size(0) || !a.device().is_cpu() || !b.device().is_cpu()) {
-    return false;
-  }
   const auto& name = op.operator_name();
-  return name.name == "aten::mm" && name.overload_name.empty() && small_matmul_applies(a.size(0), a.size(1), b.size(1));
+  return name.name == "aten::mm" && name.overload_name.empty() && stack[0].toTensor().device().is_cpu() &&
+         stack[1].toTensor().device().is_cpu() && small_matmul_suits(stack[0].toTensor(), stack[1].toTensor());
 }
 
 // Runs `op` on host arguments (neuron tensors replaced by host views) with Note [64-bit as
@@ -467,9 +461,7 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
     lend.emplace(storages);
   }
   if (small_mm) {
-    const at::Tensor a = stack[0].toTensor(), b = stack[1].toTensor();
-    at::Tensor out = at::detail::empty_cpu({a.size(0), b.size(1)}, a.options());  // as at::mm allocates
-    small_matmul(out, a, b);
+    at::Tensor out = small_matmul(stack[0].toTensor(), stack[1].toTensor());  // in the lent memory
     stack.clear();
     stack.emplace_back(std::move(out));
   } else if (wide.empty()) {
