@@ -42,13 +42,4 @@ dist.destroy_process_group()
 '''
 
 if __name__ == "__main__":
-    ok = True
-    for mode in ("future", "jit"):
-        for rank, (code, out) in enumerate(_two_ranks.run(CHILD, [mode], limit=60)):
-            print(f"[{mode}] rank {rank}: exit {code}: {out.strip().splitlines()[-4:]}")
-            if code != 0:
-                if mode == "future":
-                    print("control (Future.wait) failed: the test cannot tell")
-                    sys.exit(2)
-                ok = False
-    sys.exit(0 if ok else 1)
+    sys.exit(_two_ranks.control_then_test(CHILD, "future", "jit", control_name="control (Future.wait)", tail=4))

@@ -62,13 +62,4 @@ print(f"rank {rank}: main done", flush=True)
 '''
 
 if __name__ == "__main__":
-    ok = True
-    for mode in ("control", "exit"):
-        for rank, (code, out) in enumerate(_two_ranks.run(CHILD, [mode], limit=60)):
-            print(f"[{mode}] rank {rank}: exit {code}: {out.strip().splitlines()[-3:]}")
-            if code != 0:
-                if mode == "control":
-                    print("control failed: the test cannot tell")
-                    sys.exit(2)
-                ok = False
-    sys.exit(0 if ok else 1)
+    sys.exit(_two_ranks.control_then_test(CHILD, "control", "exit"))

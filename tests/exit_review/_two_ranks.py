@@ -23,3 +23,18 @@ def run(child, args=(), limit=60, python=None):
             p.kill()
             results.append(("hung", p.communicate()[0]))
     return results
+
+
+def control_then_test(child, control, test, control_name="control", tail=3, limit=60):
+    """Runs `child` on 2 ranks with argument `control`, then `test`; the exit code of a review
+    repro: 2 when the control failed (the test cannot tell), 1 when the test failed, else 0."""
+    ok = True
+    for mode in (control, test):
+        for rank, (code, out) in enumerate(run(child, [mode], limit=limit)):
+            print(f"[{mode}] rank {rank}: exit {code}: {out.strip().splitlines()[-tail:]}")
+            if code != 0:
+                if mode == control:
+                    print(f"{control_name} failed: the test cannot tell")
+                    return 2
+                ok = False
+    return 0 if ok else 1
