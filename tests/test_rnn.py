@@ -529,15 +529,6 @@ def test_module_db_samples_match_cpu(name):
 
 # ---- torch.compile(backend="neuron") ---------------------------------------------------------------
 
-@pytest.fixture
-def fresh_dynamo(tmp_path, monkeypatch):
-    import torch._dynamo
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff_cache"))
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def compiled_layer_run(kind, layers, bidirectional, initial, dtype):
     """(run(module, device, dtype), (CPU module, neuron module), compiled neuron module) for a
     compiled layer: Dynamo traces RNNs (allow_rnn; by default it runs them eagerly)."""
