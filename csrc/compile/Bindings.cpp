@@ -97,6 +97,7 @@ void bind_programs(py::module& m) {
   // the first time), and the kernel itself on CPU tensors (tests compare it with at::mm).
   m.def("small_matmul_applies", &small_matmul_applies, py::arg("m"), py::arg("k"), py::arg("n"));
   m.def("small_matmul_calls", &small_matmul_calls);
+  m.def("small_matmul_form", &small_matmul_form);
   auto check_shapes = [](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const char* name) {
     TORCH_CHECK(out.device().is_cpu() && a.device().is_cpu() && b.device().is_cpu(), name, ": CPU tensors only");
     TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) && out.dim() == 2 && out.size(0) == a.size(0) &&

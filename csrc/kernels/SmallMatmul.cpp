@@ -35,18 +35,55 @@ constexpr int64_t kProbeRows = 2048;            // weight rows drawn at random b
 
 std::atomic<uint64_t> kernel_calls{0};  // small_matmul_calls()
 
-// The CPU's side: AMX (ATen's bfloat16 brgemm with VNNI needs it; could_pack says so) and
-// AVX512-BF16 for the conversion. Asked only while oneDNN is enabled (could_pack also reads
-// torch.backends.mkldnn's flag), and kept: the hardware does not change.
-bool cpu_supported() {
-  static const bool supported = [] {
-    const char* env = std::getenv("NEURON_SIM_SMALL_MATMUL");
-    if (env && std::string(env) == "0") return false;
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") &&
-           at::native::cpublas::could_pack(at::kBFloat16);
-  }();
-  return supported;
+// The CPU's side, asked once per process: AVX512-BF16 for the final conversion, and ATen's
+// bfloat16 brgemm with VNNI operands running at all. That kernel needs oneDNN's effective ISA to
+// be at least avx512_core (AMX is not needed: on an AVX512-BF16 CPU without AMX oneDNN runs the
+// same micro-kernel with vdpbf16ps), and ATen refuses it below that (an AVX2 CPU, or
+// ONEDNN_MAX_CPU_ISA=AVX2). oneDNN's own ISA query is not exported from libtorch, so the answer
+// is the kernel's: one 16x16x2 product, which throws where it cannot run. Asked while oneDNN is
+// enabled only (ATen's brgemm also refuses while torch.backends.mkldnn is off); the answer is
+// kept: neither the hardware nor ONEDNN_MAX_CPU_ISA changes in a process.
+bool kernel_runs_here() {
+  try {
+    const uint16_t one = 0x3F80;  // 1.0 in bfloat16
+    std::vector<uint16_t> w(16 * 2, one), packed(16 * 2, one);
+    std::vector<float> out(16 * 16, 0.0f);
+    at::native::cpublas::brgemm(16, 16, 2, 2, 16, 16, /*add_C=*/false, reinterpret_cast<const at::BFloat16*>(w.data()),
+                                reinterpret_cast<const at::BFloat16*>(packed.data()), out.data(), /*is_vnni=*/true);
+    at::native::cpublas::brgemm_release(/*is_vnni=*/true);
+    return out[0] == 2.0f && out[255] == 2.0f;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
+
+// How the kernel runs on this CPU (Note [Small bfloat16 matmuls]): not at all; transposed, the
+// weight read in place as brgemm's A operand (AMX: tiles make the padding of one row of
+// activations to 16 columns free); direct, the weight packed block by block into brgemm's B
+// operand (AVX512-BF16: each vdpbf16ps then covers 16 outputs, where the transposed form would
+// spend 16 on one row of activations).
+enum class Form { kUnknown, kNone, kTransposed, kDirect };
+std::atomic<Form> cpu_form{Form::kUnknown};
+
+// The form for this CPU (and oneDNN's ISA limit); call while oneDNN is enabled. could_pack asks
+// oneDNN's effective ISA for AMX (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on an AMX machine: direct).
+Form form() {
+  const Form known = cpu_form.load(std::memory_order_acquire);
+  if (known != Form::kUnknown) return known;
+  const char* env = std::getenv("NEURON_SIM_SMALL_MATMUL");
+  const bool supported = !(env && std::string(env) == "0") && __builtin_cpu_supports("avx512f") &&
+                         __builtin_cpu_supports("avx512bf16") && kernel_runs_here();
+  // oneDNN switched off by another thread during the trial: no answer to keep yet.
+  if (!at::globalContext().userEnabledMkldnn()) return Form::kNone;
+  const Form found = !supported                                             ? Form::kNone
+                     : at::native::cpublas::could_pack(at::kBFloat16) ? Form::kTransposed
+                                                                            : Form::kDirect;
+  if (!at::globalContext().userEnabledMkldnn()) return Form::kNone;
+  cpu_form.store(found, std::memory_order_release);
+  return found;
+}
+
+bool cpu_supported() { return form() != Form::kNone; }
 
 // float32 -> bfloat16 with vcvtneps2bf16, the instruction oneDNN's kernels end with (round to
 // nearest even, denormal inputs as zero). count is a multiple of 16.
@@ -57,41 +94,97 @@ __attribute__((target("avx512f,avx512bf16"))) void to_bfloat16(const float* in, 
   }
 }
 
+// t[j][i] = v[i][j] for a 16x16 block of 32-bit elements (v is clobbered): within 128-bit lanes
+// (32- then 64-bit interleaves), then the 4x4 grid of lanes.
+__attribute__((target("avx512f"), always_inline)) inline void transpose16x16(__m512i* v, __m512i* t) {
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    v[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    v[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    v[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    v[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // v[4g + j], lane L: elements 4g..4g+3 of column 4L + j
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512i low01 = _mm512_shuffle_i32x4(v[j], v[4 + j], 0x44), high01 = _mm512_shuffle_i32x4(v[j], v[4 + j], 0xEE);
+    const __m512i low23 = _mm512_shuffle_i32x4(v[8 + j], v[12 + j], 0x44),
+                  high23 = _mm512_shuffle_i32x4(v[8 + j], v[12 + j], 0xEE);
+    t[j] = _mm512_shuffle_i32x4(low01, low23, 0x88);
+    t[4 + j] = _mm512_shuffle_i32x4(low01, low23, 0xDD);
+    t[8 + j] = _mm512_shuffle_i32x4(high01, high23, 0x88);
+    t[12 + j] = _mm512_shuffle_i32x4(high01, high23, 0xDD);
+  }
+}
+
+// Writes columns [first, first + columns) of out [m, n] in bfloat16 from accumulator [columns][width]
+// (out^T in float32): 16x16 blocks transposed in registers, the rest one element at a time.
+__attribute__((target("avx512f,avx512bf16"))) void store_transposed(uint16_t* out, int64_t m, int64_t n,
+                                                                     int64_t first, const float* accumulator,
+                                                                     int64_t columns, int64_t width) {
+  int64_t c0 = 0;
+  for (; c0 + 16 <= columns; c0 += 16) {
+    for (int64_t r0 = 0; r0 < m; r0 += 16) {
+      __m512i v[16], t[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) v[i] = _mm512_castps_si512(_mm512_loadu_ps(accumulator + (c0 + i) * width + r0));
+      transpose16x16(v, t);
+      // t[r]: column r of the block = activation row r0 + r, over output columns c0..c0+15
+      for (int64_t r = 0; r < std::min<int64_t>(16, m - r0); ++r) {
+        const __m256bh converted = _mm512_cvtneps_pbh(_mm512_castsi512_ps(t[r]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (r0 + r) * n + first + c0),
+                            reinterpret_cast<const __m256i&>(converted));
+      }
+    }
+  }
+  if (c0 == columns) return;
+  float row[16] = {0};
+  uint16_t converted[16];
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = c0; c < columns; ++c) row[c - c0] = accumulator[c * width + r];
+    to_bfloat16(row, converted, 16);
+    std::memcpy(out + r * n + first + c0, converted, size_t(columns - c0) * sizeof(uint16_t));
+  }
+}
+
 // Rows [begin, end) of out^T = w @ packed, kChunkRows at a time (accumulated in float32,
-// [rows][width]), written to out's columns [begin, end) in bfloat16. Each output element is one
-// brgemm dot product over all of k, whichever chunk or thread computes it.
-void run_rows(uint16_t* out, int64_t m, int64_t n, int64_t k, const uint16_t* w, int64_t ldw, const uint16_t* packed,
-              int64_t width, int64_t begin, int64_t end) {
-  thread_local std::vector<float> accumulator, row;
-  thread_local std::vector<uint16_t> converted;
+// [rows][width]), written to out's columns [begin, end) in bfloat16. Each output element is the
+// brgemm dot product over k in pieces of `depth` elements (the last one shorter): each piece
+// summed from zero by the kernel, then added to the sum of the pieces before it (brgemm's add_C),
+// the order in which oneDNN's matmul sums a K it blocks (Note [Small bfloat16 matmuls]), whichever
+// chunk of rows or thread computes it. depth >= k: one piece.
+void run_rows(uint16_t* out, int64_t m, int64_t n, int64_t k, int64_t depth, const uint16_t* w, int64_t ldw,
+              const uint16_t* packed, int64_t width, int64_t begin, int64_t end) {
+  thread_local std::vector<float> accumulator;
   struct Release {  // the AMX state goes back also when brgemm throws
     ~Release() { at::native::cpublas::brgemm_release(/*is_vnni=*/true); }
   } release;
   for (int64_t first = begin; first < end; first += kChunkRows) {
     const int64_t rows = std::min(kChunkRows, end - first);
     accumulator.resize(size_t(rows * width));
-    at::native::cpublas::brgemm(rows, width, k, ldw, width, width, /*add_C=*/false,
-                                reinterpret_cast<const at::BFloat16*>(w + first * ldw),
-                                reinterpret_cast<const at::BFloat16*>(packed), accumulator.data(), /*is_vnni=*/true);
-    const int64_t padded = (rows + 15) / 16 * 16;
-    row.assign(size_t(padded), 0.0f);
-    converted.resize(size_t(padded));
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t c = 0; c < rows; ++c) row[size_t(c)] = accumulator[size_t(c * width + r)];
-      to_bfloat16(row.data(), converted.data(), padded);
-      std::memcpy(out + r * n + first, converted.data(), size_t(rows) * sizeof(uint16_t));
+    for (int64_t piece = 0; piece < k; piece += depth) {
+      at::native::cpublas::brgemm(rows, width, std::min(depth, k - piece), ldw, width, width, /*add_C=*/piece > 0,
+                                  reinterpret_cast<const at::BFloat16*>(w + first * ldw + piece),
+                                  reinterpret_cast<const at::BFloat16*>(packed + piece * width), accumulator.data(),
+                                  /*is_vnni=*/true);
     }
+    store_transposed(out, m, n, first, accumulator.data(), rows, width);
   }
 }
 
-// out [m, n] contiguous = a [m, k] (row stride lda) @ w^T (w [n, k], row stride ldw), computed
-// transposed: out^T [n, m] = w @ a^T. The weight is brgemm's A operand, read where it lies
+// The transposed form (AMX). out [m, n] contiguous = a [m, k] (row stride lda) @ w^T (w [n, k],
+// row stride ldw), computed transposed: out^T [n, m] = w @ a^T. The weight is brgemm's A operand, read where it lies
 // (rows of k contiguous elements, the layout nn.Linear keeps); only the activations are packed
 // into the VNNI layout of the B operand, zero-padded to 16 or 32 columns. Each output is the
 // dot product of a row of w and a row of a that at::mm computes, summed by the same kernel.
 // A large weight's rows are split among the intra-op threads, in blocks of 16.
-void run_kernel(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, int64_t m, int64_t k,
-                int64_t n) {
+void run_transposed(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, int64_t m,
+                    int64_t k, int64_t n, int64_t depth) {
   thread_local std::vector<uint16_t> packed;  // a^T in VNNI layout [k/2][width][2]
   const int64_t width = m <= 16 ? 16 : 32;
   const int64_t pairs = k / 2;
@@ -101,7 +194,7 @@ void run_kernel(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w
   }
   const uint16_t* b = packed.data();
   if (k * n < kParallelWeight || at::get_num_threads() < 2 || at::in_parallel_region()) {
-    run_rows(out, m, n, k, w, ldw, b, width, 0, n);
+    run_rows(out, m, n, k, depth, w, ldw, b, width, 0, n);
     return;
   }
   const int64_t blocks = (n + 15) / 16;
@@ -110,9 +203,98 @@ void run_kernel(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w
   at::parallel_for(0, threads, 1, [&](int64_t first, int64_t last) {
     for (int64_t t = first; t < last; ++t) {
       const int64_t begin = std::min(n, t * per_thread * 16), end = std::min(n, (t + 1) * per_thread * 16);
-      if (begin < end) run_rows(out, m, n, k, w, ldw, b, width, begin, end);
+      if (begin < end) run_rows(out, m, n, k, depth, w, ldw, b, width, begin, end);
     }
   });
+}
+
+constexpr int64_t kBlock = 64;  // the direct form: weight rows packed per brgemm call
+
+// Rows [0, rows) of w (rows <= kBlock, row stride ldw, k even) into brgemm's VNNI B layout
+// packed[k/2][kBlock][2] (32-bit pairs of a row, transposed 16x16 at a time); rows past `rows`
+// are zero.
+__attribute__((target("avx512f"))) void pack_block(const uint16_t* w, int64_t ldw, int64_t rows, int64_t k,
+                                                   uint32_t* packed) {
+  const int64_t pairs = k / 2;
+  for (int64_t r0 = 0; r0 < kBlock; r0 += 16) {
+    int64_t p0 = 0;
+    if (r0 + 16 <= rows) {
+      for (; p0 + 16 <= pairs; p0 += 16) {
+        __m512i v[16], t[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_si512(w + (r0 + i) * ldw + 2 * p0);
+        transpose16x16(v, t);
+#pragma GCC unroll 16
+        for (int q = 0; q < 16; ++q) _mm512_storeu_si512(packed + (p0 + q) * kBlock + r0, t[q]);
+      }
+    }
+    for (int64_t p = p0; p < pairs; ++p) {
+      for (int64_t i = 0; i < 16; ++i) {
+        uint32_t pair = 0;
+        if (r0 + i < rows) std::memcpy(&pair, w + (r0 + i) * ldw + 2 * p, 4);
+        packed[p * kBlock + r0 + i] = pair;
+      }
+    }
+  }
+}
+
+// Weight rows [begin, end) in the direct form: blocks of kBlock rows packed, then
+// out[:, block] = a @ block^T by brgemm (a is its A operand as it lies), k in pieces of depth as
+// in run_rows, each row of the float32 result converted to bfloat16.
+void run_direct_rows(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, int64_t m,
+                     int64_t k, int64_t n, int64_t depth, int64_t begin, int64_t end) {
+  thread_local std::vector<uint32_t> packed;
+  thread_local std::vector<float> accumulator;
+  packed.resize(size_t(k / 2 * kBlock));
+  accumulator.resize(size_t(m * kBlock));
+  struct Release {  // as in run_rows
+    ~Release() { at::native::cpublas::brgemm_release(/*is_vnni=*/true); }
+  } release;
+  uint16_t converted[kBlock];
+  for (int64_t first = begin; first < end; first += kBlock) {
+    const int64_t rows = std::min(kBlock, end - first);
+    const int64_t columns = (rows + 15) / 16 * 16;
+    pack_block(w + first * ldw, ldw, rows, k, packed.data());
+    for (int64_t piece = 0; piece < k; piece += depth) {
+      at::native::cpublas::brgemm(m, columns, std::min(depth, k - piece), lda, kBlock, kBlock, /*add_C=*/piece > 0,
+                                  reinterpret_cast<const at::BFloat16*>(a + piece),
+                                  reinterpret_cast<const at::BFloat16*>(packed.data() + piece / 2 * kBlock),
+                                  accumulator.data(), /*is_vnni=*/true);
+    }
+    for (int64_t r = 0; r < m; ++r) {
+      to_bfloat16(accumulator.data() + r * kBlock, converted, columns);
+      std::memcpy(out + r * n + first, converted, size_t(rows) * sizeof(uint16_t));
+    }
+  }
+}
+
+// The direct form (AVX512-BF16 without AMX), its weight rows split among the intra-op threads in
+// blocks of kBlock.
+void run_direct(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, int64_t m, int64_t k,
+                int64_t n, int64_t depth) {
+  if (k * n < kParallelWeight || at::get_num_threads() < 2 || at::in_parallel_region()) {
+    run_direct_rows(out, a, lda, w, ldw, m, k, n, depth, 0, n);
+    return;
+  }
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), blocks);
+  const int64_t per_thread = (blocks + threads - 1) / threads;
+  at::parallel_for(0, threads, 1, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) {
+      const int64_t begin = std::min(n, t * per_thread * kBlock), end = std::min(n, (t + 1) * per_thread * kBlock);
+      if (begin < end) run_direct_rows(out, a, lda, w, ldw, m, k, n, depth, begin, end);
+    }
+  });
+}
+
+// out [m, n] contiguous = a [m, k] @ w^T in this CPU's form, k in pieces of depth.
+void run_kernel(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, int64_t m, int64_t k,
+                int64_t n, int64_t depth) {
+  if (form() == Form::kTransposed) {
+    run_transposed(out, a, lda, w, ldw, m, k, n, depth);
+  } else {
+    run_direct(out, a, lda, w, ldw, m, k, n, depth);
+  }
 }
 
 bool size_rule(int64_t m, int64_t k, int64_t n) {
@@ -160,13 +342,27 @@ void fill_activations(std::vector<uint16_t>& a, int kind, Bits& bits) {
   }
 }
 
-bool probe(int64_t m, int64_t k, int64_t n) {
+// The depths tried, in order: all of k in one piece (AMX; any k up to 512), then the pieces in
+// which oneDNN's avx512_core_bf16 matmul blocks a longer K (seen on an AMD EPYC without AMX: 512
+// for one row of activations and for k <= 1024, else 1024). Which one oneDNN uses is its own
+// heuristic, so the probe tries each and keeps the first whose bits all match.
+std::vector<int64_t> candidate_depths(int64_t k) {
+  std::vector<int64_t> depths{k};
+  for (const int64_t depth : {int64_t(512), int64_t(1024)}) {
+    if (depth < k) depths.push_back(depth);
+  }
+  return depths;
+}
+
+// The depth (run_rows) at which the kernel equals at::mm bit for bit on every probe draw, or 0.
+int64_t probe(int64_t m, int64_t k, int64_t n) {
   // Programs are built while torch.compile holds a FakeTensorMode: the probe's tensors are
   // real host memory and must not meet Python dispatch (as in ProgramExecutor::execute).
   c10::impl::ExcludeDispatchKeyGuard no_python(
       c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
   Bits bits{uint64_t(m * 1000003 + k * 1009 + n) | 1};
   std::vector<uint16_t> a(size_t(m * k)), w(size_t(n * k)), mine(size_t(m * n));
+  std::vector<int64_t> depths = candidate_depths(k);  // those still matching
   const auto options = at::TensorOptions().dtype(at::kBFloat16);
   // Two weights: values ~2^-40 with random mantissas (kinds 0-3), and a cancellation pattern
   // (kind 4): an eighth of entries +-2^20..2^26 among +-1..3, so that float32 partial sums
@@ -188,26 +384,33 @@ bool probe(int64_t m, int64_t k, int64_t n) {
         const at::Tensor ta = at::from_blob(a.data(), {m, k}, options);
         const at::Tensor b = at::from_blob(w.data(), {k, n}, {1, k}, options);  // w^T, as nn.Linear passes it
         const at::Tensor expected = at::cpu::mm(ta, b);  // eager's kernel, without the dispatcher
-        run_kernel(mine.data(), a.data(), k, w.data(), k, m, k, n);
-        if (std::memcmp(expected.const_data_ptr(), mine.data(), mine.size() * sizeof(uint16_t)) != 0) return false;
+        std::vector<int64_t> matching;
+        for (const int64_t depth : depths) {
+          run_kernel(mine.data(), a.data(), k, w.data(), k, m, k, n, depth);
+          if (std::memcmp(expected.const_data_ptr(), mine.data(), mine.size() * sizeof(uint16_t)) == 0) {
+            matching.push_back(depth);
+          }
+        }
+        depths = std::move(matching);
+        if (depths.empty()) return 0;
       }
     }
   }
-  return true;
+  return depths.front();
 }
 
-}  // namespace
-
-bool small_matmul_applies(int64_t m, int64_t k, int64_t n) {
+// The depth at which the kernel computes a bfloat16 [m, k] @ [k, n] as at::mm does, at the
+// current intra-op thread count; 0: keep at::mm.
+int64_t kernel_depth(int64_t m, int64_t k, int64_t n) {
   // torch.backends.mkldnn.flags(enabled=False): at::mm then avoids oneDNN, and ATen's brgemm
   // refuses to run (review 15, finding 1). Checked on every call, before the CPU's side.
-  if (!size_rule(m, k, n) || !at::globalContext().userEnabledMkldnn() || !cpu_supported()) return false;
+  if (!size_rule(m, k, n) || !at::globalContext().userEnabledMkldnn() || !cpu_supported()) return 0;
   // oneDNN's matmul splits some shapes' sums among its threads, so at::mm's bits depend on the
   // intra-op thread count (review 15, finding 2: 32x768x31 at 1 thread and at 2); the kernel's
   // do not. A verdict holds for one thread count: the current thread's, as at::mm would use.
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
   const Key key{m, k, n, int64_t(at::get_num_threads())};
-  thread_local std::map<Key, bool> seen;  // no lock on later calls
+  thread_local std::map<Key, int64_t> seen;  // no lock on later calls
   const auto known = seen.find(key);
   if (known != seen.end()) return known->second;
   // One probe per key, run outside the table's lock: a probe of a large shape takes up to
@@ -218,7 +421,7 @@ bool small_matmul_applies(int64_t m, int64_t k, int64_t n) {
   struct Verdict {
     std::mutex mutex;
     bool known = false;
-    bool value = false;
+    int64_t depth = 0;
   };
   static std::mutex mutex;
   static std::map<Key, std::shared_ptr<Verdict>> checked;
@@ -231,23 +434,36 @@ bool small_matmul_applies(int64_t m, int64_t k, int64_t n) {
   }
   std::lock_guard<std::mutex> lock(verdict->mutex);
   if (!verdict->known) {
-    auto attempt = [&]() -> std::optional<bool> {
+    auto attempt = [&]() -> std::optional<int64_t> {
       try {
-        const bool value = probe(m, k, n);
+        const int64_t value = probe(m, k, n);
         if (!at::globalContext().userEnabledMkldnn()) return std::nullopt;
         return value;
       } catch (const std::exception&) {  // e.g. oneDNN turned off meanwhile
         return std::nullopt;
       }
     };
-    std::optional<bool> value = attempt();
-    if (value.has_value() && !*value) value = attempt();
-    if (!value.has_value()) return false;
+    std::optional<int64_t> value = attempt();
+    if (value.has_value() && *value == 0) value = attempt();
+    if (!value.has_value()) return 0;
     verdict->known = true;
-    verdict->value = *value;
+    verdict->depth = *value;
   }
-  seen.emplace(key, verdict->value);
-  return verdict->value;
+  seen.emplace(key, verdict->depth);
+  return verdict->depth;
+}
+
+}  // namespace
+
+bool small_matmul_applies(int64_t m, int64_t k, int64_t n) { return kernel_depth(m, k, n) > 0; }
+
+std::string small_matmul_form() {
+  if (!at::globalContext().userEnabledMkldnn()) return "none";
+  switch (form()) {
+    case Form::kTransposed: return "transposed";
+    case Form::kDirect: return "direct";
+    default: return "none";
+  }
 }
 
 uint64_t small_matmul_calls() { return kernel_calls.load(std::memory_order_relaxed); }
@@ -274,8 +490,8 @@ bool spans_overlap(const at::Tensor& x, const at::Tensor& y) {
   return x0 < y1 && y0 < x1;
 }
 
-// The brgemm kernel when the tensors' layout fits (whatever the probe says), else false.
-bool run_if_layout_fits(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+// The brgemm kernel at `depth` when the tensors' layout fits (whatever the probe says), else false.
+bool run_if_layout_fits(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, int64_t depth) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   const bool fits = a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 &&
                     out.scalar_type() == at::kBFloat16 && out.is_contiguous() && size_rule(m, k, n) &&
@@ -286,16 +502,16 @@ bool run_if_layout_fits(at::Tensor& out, const at::Tensor& a, const at::Tensor& 
   if (!fits) return false;
   kernel_calls.fetch_add(1, std::memory_order_relaxed);
   run_kernel(static_cast<uint16_t*>(out.mutable_data_ptr()), static_cast<const uint16_t*>(a.const_data_ptr()),
-             m == 1 ? k : a.stride(0), static_cast<const uint16_t*>(b.const_data_ptr()), b.stride(1), m, k, n);
+             m == 1 ? k : a.stride(0), static_cast<const uint16_t*>(b.const_data_ptr()), b.stride(1), m, k, n, depth);
   return true;
 }
 
 }  // namespace
 
 void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
-  if (small_matmul_applies(a.size(0), a.size(1), b.size(1))) {
+  if (const int64_t depth = kernel_depth(a.size(0), a.size(1), b.size(1))) {
     try {
-      if (run_if_layout_fits(out, a, b)) return;
+      if (run_if_layout_fits(out, a, b, depth)) return;
     } catch (const c10::Error&) {
       // ATen's brgemm checks oneDNN's flag on every call: another thread turned it off after
       // our check (review 15b, finding 1). at::mm computes it instead (out overlaps neither
@@ -314,7 +530,9 @@ at::Tensor small_matmul(const at::Tensor& a, const at::Tensor& b) {
 bool small_matmul_unchecked(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(at::globalContext().userEnabledMkldnn() && cpu_supported(),
               "small_matmul_unchecked: this CPU (or oneDNN's setting) does not run the brgemm kernel");
-  return run_if_layout_fits(out, a, b);
+  // The depth the probe chose, or all of k in one piece where it chose none.
+  const int64_t depth = kernel_depth(a.size(0), a.size(1), b.size(1));
+  return run_if_layout_fits(out, a, b, depth > 0 ? depth : a.size(1));
 }
 
 }  // namespace torch_neuron

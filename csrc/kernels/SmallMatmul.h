@@ -3,7 +3,7 @@
 // call building its primitive descriptor and scratchpad, whatever the size; a decode step of a
 // small model is mostly such calls (28 of a 4-layer Llama's 29 matmuls are 128x128 to 128x256
 // weights at one token). The arithmetic inside that primitive is oneDNN's brgemm micro-kernel
-// (AMX or AVX512-BF16), and ATen exports that kernel directly (at::native::cpublas::brgemm, the
+// (AMX where the CPU has it, else vdpbf16ps on AVX512-BF16), and ATen exports that kernel directly (at::native::cpublas::brgemm, the
 // one Inductor's CPU templates call), cached per shape. Eager mm (kernels/Hot.cpp on its direct
 // path, kernels/ZeroCopy.cpp when queued in asynchronous mode) and programs
 // (compile/Executor.cpp) run a bfloat16 matmul with at most 32 rows of activations through it,
@@ -27,14 +27,17 @@
 // later calls look the verdict up in a per-thread table.
 //
 // Kept at::mm: NEURON_SIM_SMALL_MATMUL=0; torch.backends.mkldnn.flags(enabled=False) (at::mm
-// then avoids oneDNN, and ATen's brgemm refuses to run; checked per call); a CPU without AMX
-// (ATen's bfloat16 brgemm needs it) or AVX512-BF16; K odd; more than 32 rows of activations;
+// then avoids oneDNN, and ATen's brgemm refuses to run; checked per call); a CPU without AVX512-BF16,
+// or where ATen's bfloat16 brgemm does not run (oneDNN's ISA below avx512_core: an AVX2 CPU, an
+// arm64 one, or ONEDNN_MAX_CPU_ISA=AVX2; asked once per process by running it); K odd; more than 32 rows of activations;
 // weights over 32M elements (their probe would cost > 0.1 s); layouts the kernel cannot read
 // (activations or weight rows not unit-strided along K, a non-contiguous output, an output
 // overlapping an input).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
+#include <string>
 
 namespace torch_neuron {
 
@@ -55,8 +58,14 @@ at::Tensor small_matmul(const at::Tensor& a, const at::Tensor& b);
 // fits (and out overlaps neither input), else at::cpu::mm_out. out is [m, n].
 void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 
-// Tests only: the kernel whatever the probe said, when the layout fits (false: it did not run).
+// Tests only: the kernel whatever the probe said (in the pieces of k the probe chose, or in one
+// where it chose none), when the layout fits (false: it did not run).
 bool small_matmul_unchecked(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
+
+// How the kernel runs on this CPU: "transposed" (AMX), "direct" (AVX512-BF16 without AMX) or
+// "none" (at::mm everywhere: no AVX512-BF16, oneDNN's ISA limit below avx512_core, or
+// NEURON_SIM_SMALL_MATMUL=0). Asked with oneDNN enabled; "none" while it is off.
+std::string small_matmul_form();
 
 // How many products took the brgemm kernel in this process (tests, profiling).
 uint64_t small_matmul_calls();
