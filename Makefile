@@ -12,10 +12,10 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
 DEBIAN_PACKAGES := g++ cmake ninja-build libgtest-dev ccache
-SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h csrc/compile/*.cpp csrc/compile/*.h csrc/distributed/*.cpp csrc/distributed/*.h runtime/*.cpp runtime/*.h) setup.py
+SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h csrc/compile/*.cpp csrc/compile/*.h csrc/distributed/*.cpp csrc/distributed/*.h runtime/*.cpp runtime/*.h) setup.py pyproject.toml
 EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
-.PHONY: demo test test-distributed test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean
+.PHONY: demo test test-distributed test-cpu-variants wheel test-wheel docs test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean
 
 demo: build
 	$(PY) scripts/demo.py
@@ -34,6 +34,16 @@ conformance: build
 	$(PY) -m conformance.opinfo_sweep --output COVERAGE.md --async-too $(if $(ONLY),--only $(ONLY))
 	$(PY) -m conformance.arch_sweep --output COMPAT.md $(if $(ONLY),--only $(ONLY))
 
+# The README's neuron-migrate summary and docs/neuron-migrate-report.png, made again from a run of
+# the demo workload (tests/test_migrate_readme.py fails when the README's summary is stale).
+# Chromium renders the report's HTML page; installed here when missing (only docs need it).
+docs: build
+	@dpkg -s chromium 2>/dev/null | grep -q '^Status: install ok installed' || { \
+	  echo "installing Debian package: chromium"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	$(PY) -m neuron_migrate run demo/migrate/workload.toml --on neuron --baseline cpu \
+	  --out build/neuron-migrate-demo --no-progress || test $$? -eq 3
+	$(PY) scripts/update_docs.py build/neuron-migrate-demo
+
 # Debian packages: compilers, cmake, ninja, GoogleTest, ccache. Checked every run.
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -49,6 +59,11 @@ $(VENV)/.requirements.stamp: requirements.txt
 	@touch $@
 
 build: venv $(EXTENSION)
+# One line per compiled file ("[n/N] csrc/...cpp"), from ninja's progress; the whole compiler
+# output goes to build/extension-build.log, whose end is shown if the build fails.
+BUILD_LOG := build/extension-build.log
+SHOW_PROGRESS := tee $(BUILD_LOG) | sed -un 's|^ *\[\([0-9]*/[0-9]*\)\] .* -c $(CURDIR)/\([^ ]*\.cpp\) .*|  [\1] \2|p'
+BUILD_FAILED := { echo "the extension build failed; the end of $(BUILD_LOG):"; tail -n 60 $(BUILD_LOG); exit 1; }
 $(EXTENSION): $(SOURCES) $(VENV)/.requirements.stamp
 	@# The first build is the editable install (it also registers the torch.backends
 	@# entry point and the neuron-migrate command); later builds recompile in place,
@@ -56,14 +71,36 @@ $(EXTENSION): $(SOURCES) $(VENV)/.requirements.stamp
 	@# old extension. The new library replaces the old one by a rename: a process still
 	@# running the old one keeps it (copying over it would truncate the pages that process
 	@# has mapped: SIGBUS), and one starting meanwhile finds either.
+	@mkdir -p build
+	@echo "building the C++ extension torch_neuron_sim._C: $(words $(filter %.cpp,$(SOURCES))) files, 5-8 minutes on 2 cores the first time, much less once ccache holds them"
+	set -o pipefail; \
 	if grep -qs torch_dynamo_backends $(VENV)/lib/python3*/site-packages/torch_neuron_sim-*.dist-info/entry_points.txt; then \
-	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) setup.py -q build_ext && \
+	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) setup.py build_ext 2>&1 | $(SHOW_PROGRESS) || $(BUILD_FAILED); \
 	  for so in build/lib.*/torch_neuron_sim/_C.*.so; do \
 	    cp "$$so" "python/torch_neuron_sim/.$$(basename $$so).new" && \
 	    mv -f "python/torch_neuron_sim/.$$(basename $$so).new" "python/torch_neuron_sim/$$(basename $$so)"; done; \
 	else \
-	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps -e .; fi
+	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install -v --disable-pip-version-check --no-build-isolation --no-deps -e . 2>&1 \
+	    | $(SHOW_PROGRESS) || $(BUILD_FAILED); fi
 	@touch $@
+
+# A wheel of the package (dist/), built against the installed torch as the README's
+# `pip install --no-build-isolation .` does; test-wheel installs it into a fresh virtual
+# environment (torch 2.13.0 first, then the wheel with its extras) and runs a smoke test there.
+WHEEL_VENV := build/wheel-venv
+wheel: venv
+	rm -rf dist
+	@mkdir -p build
+	set -o pipefail; TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) wheel -v --disable-pip-version-check --no-build-isolation \
+	  --no-deps -w dist . 2>&1 | $(SHOW_PROGRESS) || $(BUILD_FAILED)
+	ls dist/*.whl
+
+test-wheel: wheel
+	rm -rf $(WHEEL_VENV)
+	python3 -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip install -q --disable-pip-version-check torch==2.13.0
+	$(WHEEL_VENV)/bin/pip install -q --disable-pip-version-check "$$(ls dist/*.whl)[hf,migrate]"
+	cd build && HF_HUB_OFFLINE=1 $(CURDIR)/$(WHEEL_VENV)/bin/python $(CURDIR)/scripts/wheel_smoke.py $(CURDIR)/demo/model
 
 # The runtime's GoogleTest suite: a release build, then the same tests under
 # AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer.
@@ -91,6 +128,18 @@ test-python: build
 test-distributed: build
 	$(PY) -m pytest -q tests -m distributed_extra
 
+# The suites whose bfloat16 results go through the CPU's matmul kernels, again as on other CPUs
+# (README "Supported CPUs"): oneDNN limited to AVX2 (no AVX-512: the small-matmul kernel does not
+# run, every product is at::mm's) and to AVX512_CORE_BF16 (AVX-512 with BF16, no AMX: the
+# kernel's direct form, whatever this machine has). CI runs it.
+CPU_VARIANT_TESTS := tests/test_small_matmul.py tests/test_matmul_review.py tests/test_compile.py \
+	tests/test_compile_fusion.py tests/test_compile_generate.py tests/test_generate.py tests/test_autograd_amp.py \
+	tests/test_rnn.py
+test-cpu-variants: build
+	for isa in AVX2 AVX512_CORE_BF16; do \
+	  echo "== ONEDNN_MAX_CPU_ISA=$$isa"; \
+	  ONEDNN_MAX_CPU_ISA=$$isa $(PY) -m pytest -q -rs $(XDIST) $(CPU_VARIANT_TESTS) || exit 1; done
+
 # A subset with device memory guarded (NEURON_SIM_MEMORY_GUARD=1: inaccessible outside
 # kernels and copies), in launch-blocking and asynchronous mode.
 GUARDED_TESTS := tests/test_ops.py tests/test_generate.py tests/test_autograd_amp.py tests/test_memory.py \
@@ -100,4 +149,4 @@ test-python-guarded: build
 	NEURON_SIM_MEMORY_GUARD=1 NEURON_LAUNCH_BLOCKING=0 NEURON_SIM_INLINE_BYTES=0 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(GUARDED_TESTS)
 
 clean:
-	rm -rf build build-runtime build-asan build-tsan python/torch_neuron_sim/_C*.so $(EXTENSION) *.egg-info python/*.egg-info
+	rm -rf build dist build-runtime build-asan build-tsan python/torch_neuron_sim/_C*.so $(EXTENSION) *.egg-info python/*.egg-info

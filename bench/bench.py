@@ -226,6 +226,27 @@ def cpu_free_with_live_tensors(repeats):
     return statistics.median(samples["few"]), statistics.median(samples["many"])
 
 
+def cpu_description():
+    """The CPU model and what the bfloat16 figures depend on: AMX and AVX512-BF16 (the small-matmul
+    kernel's forms, Note [Small bfloat16 matmuls]) and oneDNN's ISA limit if one is set."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name") and model in ("", platform.machine(), platform.processor()):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    features = ", ".join(f"{name} {'yes' if flag in flags else 'no'}"
+                         for name, flag in (("AVX2", "avx2"), ("AVX-512", "avx512f"), ("AVX512-BF16", "avx512_bf16"),
+                                            ("AMX", "amx_bf16")))
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return (f"{model} ({features}{'; ONEDNN_MAX_CPU_ISA=' + limit if limit else ''}); small-matmul kernel form: "
+            f"{torch_neuronx._sim._C.small_matmul_form()}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output", default="BENCHMARKS.md")
@@ -283,7 +304,8 @@ def main():
         "ATen's CPU kernels run on device memory; a ratio is CPU time / neuron time (throughput",
         "neuron/CPU), from medians of interleaved repeats in one run. Higher is better; 1.00 = parity.",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores ({os.environ['OMP_NUM_THREADS']} compute thread per "
+        f"Machine: {platform.machine()}, {cpu_description()}, {os.cpu_count()} cores "
+        f"({os.environ['OMP_NUM_THREADS']} compute thread per "
         f"process), torch {torch.__version__}, "
         f"launch-blocking={torch_neuronx._sim._C.launch_blocking()}, "
         f"{time.strftime('%Y-%m-%d')}; load average (1 min) at start {load_at_start:.2f}, at end "
@@ -377,7 +399,12 @@ def main():
         "overlap with Python only until the next value is read.",
         "bfloat16 matmuls with at most 32 rows of activations run oneDNN's brgemm kernel directly on",
         "neuron, eager and compiled (README, Note [Small bfloat16 matmuls]): the same bits as the CPU's",
-        "at::mm without its ~18 us set-up per call, which is why bfloat16 decode can beat CPU eager.",
+        "at::mm without its ~13-20 us set-up per call, which is why bfloat16 decode can beat CPU eager.",
+        "Which figures depend on the CPU: the bfloat16 rows (demo decode, the compiled-decode table, the",
+        "tensor-parallel rows) depend on that kernel's form (the Machine line): \"transposed\" needs AMX,",
+        "\"direct\" AVX512-BF16, and with \"none\" (AVX2-only x86, arm64) every product is at::mm's and",
+        "neuron's bfloat16 decode runs at about CPU eager's speed less the per-op cost. The float32 rows,",
+        "the per-op row and the collectives do not use it.",
     ]
     with open(args.output, "w") as handle:
         handle.write("\n".join(lines) + "\n")

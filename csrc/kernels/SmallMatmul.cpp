@@ -9,7 +9,9 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/BFloat16.h>
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <atomic>
 #include <cmath>
@@ -71,8 +73,12 @@ Form form() {
   const Form known = cpu_form.load(std::memory_order_acquire);
   if (known != Form::kUnknown) return known;
   const char* env = std::getenv("NEURON_SIM_SMALL_MATMUL");
+#if defined(__x86_64__)
   const bool supported = !(env && std::string(env) == "0") && __builtin_cpu_supports("avx512f") &&
                          __builtin_cpu_supports("avx512bf16") && kernel_runs_here();
+#else
+  const bool supported = false;  // arm64: at::mm everywhere
+#endif
   // oneDNN switched off by another thread during the trial: no answer to keep yet.
   if (!at::globalContext().userEnabledMkldnn()) return Form::kNone;
   const Form found = !supported                                             ? Form::kNone
@@ -85,6 +91,7 @@ Form form() {
 
 bool cpu_supported() { return form() != Form::kNone; }
 
+#if defined(__x86_64__)
 // float32 -> bfloat16 with vcvtneps2bf16, the instruction oneDNN's kernels end with (round to
 // nearest even, denormal inputs as zero). count is a multiple of 16.
 __attribute__((target("avx512f,avx512bf16"))) void to_bfloat16(const float* in, uint16_t* out, int64_t count) {
@@ -296,6 +303,12 @@ void run_kernel(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w
     run_direct(out, a, lda, w, ldw, m, k, n, depth);
   }
 }
+#else
+// Off x86-64 form() is kNone: nothing calls the kernel.
+void run_kernel(uint16_t*, const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, int64_t) {
+  TORCH_INTERNAL_ASSERT(false, "the small-matmul kernel runs on x86-64 only");
+}
+#endif  // defined(__x86_64__)
 
 bool size_rule(int64_t m, int64_t k, int64_t n) {
   return m >= 1 && m <= kMaxRows && k >= 2 && k % 2 == 0 && n >= 1 && k * n <= kMaxWeight;

@@ -1,20 +1,31 @@
 // Note [Small bfloat16 matmuls]
-// A bfloat16 aten::mm on this CPU goes to oneDNN's matmul primitive, which spends ~18 us per
-// call building its primitive descriptor and scratchpad, whatever the size; a decode step of a
-// small model is mostly such calls (28 of a 4-layer Llama's 29 matmuls are 128x128 to 128x256
+// A bfloat16 aten::mm on an AVX-512 CPU goes to oneDNN's matmul primitive, which spends ~13-20 us
+// per call building its primitive descriptor and scratchpad, whatever the size; a decode step of
+// a small model is mostly such calls (28 of a 4-layer Llama's 29 matmuls are 128x128 to 128x256
 // weights at one token). The arithmetic inside that primitive is oneDNN's brgemm micro-kernel
-// (AMX where the CPU has it, else vdpbf16ps on AVX512-BF16), and ATen exports that kernel directly (at::native::cpublas::brgemm, the
-// one Inductor's CPU templates call), cached per shape. Eager mm (kernels/Hot.cpp on its direct
-// path, kernels/ZeroCopy.cpp when queued in asynchronous mode) and programs
-// (compile/Executor.cpp) run a bfloat16 matmul with at most 32 rows of activations through it,
-// transposed (out^T = w @ a^T), so that the weight is the kernel's A operand, read where it
-// lies (nn.Linear's rows of k contiguous elements; a weight changed in place, even through
-// .data, is always seen, and nothing is cached), and only the activations are packed into the
-// VNNI layout of its B operand (zero-padded to 16 or 32 columns). Each output is the same dot
-// product of a weight row and an activation row that at::mm computes, by the same kernel; it
-// ends with the same hardware conversion to bfloat16 (vcvtneps2bf16). A large weight's rows are
-// split among the intra-op threads. ~2.5-4 us instead of ~18-20 for a 128x128 to 128x256 weight
-// at one token; 53 instead of 121 for 768x2560 (two threads).
+// (AMX tiles where the CPU has them, else vdpbf16ps on AVX512-BF16), and ATen exports that kernel
+// directly (at::native::cpublas::brgemm, the one Inductor's CPU templates call), cached per
+// shape. Eager mm (kernels/Hot.cpp on its direct path, kernels/ZeroCopy.cpp when queued in
+// asynchronous mode) and programs (compile/Executor.cpp) run a bfloat16 matmul with at most 32
+// rows of activations through it, in one of two forms (small_matmul_form()):
+// - transposed (AMX): out^T = w @ a^T, so that the weight is the kernel's A operand, read where
+//   it lies (nn.Linear's rows of k contiguous elements), and only the activations are packed
+//   into the VNNI layout of its B operand (zero-padded to 16 or 32 columns; free for tiles).
+//   ~2.5-4 us instead of ~18-20 for a 128x128 to 128x256 weight at one token; 53 instead of 121
+//   for 768x2560 (Intel, two threads).
+// - direct (AVX512-BF16 without AMX, where the padding above would cost 16 times the vdpbf16ps
+//   of one row): out = a @ w^T, the weight packed 64 rows at a time into the B operand's VNNI
+//   layout (16x16 transposes in registers, the block staying in cache) and the activations the
+//   A operand as they lie. 1.0-1.6 us instead of ~13 for 128x128 to 128x256, 8 instead of 20 for
+//   256x688, parity for a 32000-row vocabulary projection (AMD EPYC, one thread); with several
+//   rows and weights of millions of elements up to ~15% slower than at::mm.
+// Either way a weight changed in place, even through .data, is always seen (nothing derived from
+// it is kept), each output is the same dot product of a weight row and an activation row that
+// at::mm computes, by the same kernel, and it ends with the same hardware conversion to bfloat16
+// (vcvtneps2bf16). oneDNN's matmul sums a long K in pieces (on AVX512-BF16 without AMX: 512 or
+// 1024 elements, each summed from zero then added to the rest); run_rows and run_direct_rows sum
+// in pieces of a given depth the same way (brgemm's add_C). A large weight's rows are split among
+// the intra-op threads.
 //
 // The point is that the results stay equal to the CPU's at::mm bit for bit (eager neuron equals
 // CPU, compiled equals eager, as the fused pointwise kernels of compile/Pointwise.h keep them).
@@ -22,17 +33,18 @@
 // time a process meets a shape at an intra-op thread count (oneDNN splits some shapes' sums
 // among its threads, so at::mm's bits depend on the count; the kernel's do not), it runs both
 // ways on probe data (random values, values whose float32 sum depends on the order of addition,
-// products in the denormal range) and uses the kernel for that shape and count only if every
-// bit matched; otherwise it keeps at::mm. One probe per key, outside any lock other calls need;
-// later calls look the verdict up in a per-thread table.
+// products in the denormal range), for each candidate depth (all of K, then 512 and 1024), and
+// uses the kernel for that shape and count at the first depth whose every bit matched;
+// otherwise it keeps at::mm. One probe per key, outside any lock other calls need; later calls
+// look the verdict up in a per-thread table.
 //
 // Kept at::mm: NEURON_SIM_SMALL_MATMUL=0; torch.backends.mkldnn.flags(enabled=False) (at::mm
-// then avoids oneDNN, and ATen's brgemm refuses to run; checked per call); a CPU without AVX512-BF16,
-// or where ATen's bfloat16 brgemm does not run (oneDNN's ISA below avx512_core: an AVX2 CPU, an
-// arm64 one, or ONEDNN_MAX_CPU_ISA=AVX2; asked once per process by running it); K odd; more than 32 rows of activations;
-// weights over 32M elements (their probe would cost > 0.1 s); layouts the kernel cannot read
-// (activations or weight rows not unit-strided along K, a non-contiguous output, an output
-// overlapping an input).
+// then avoids oneDNN, and ATen's brgemm refuses to run; checked per call); a CPU without
+// AVX512-BF16, or where ATen's bfloat16 brgemm does not run (oneDNN's ISA below avx512_core: an
+// AVX2 CPU, or ONEDNN_MAX_CPU_ISA=AVX2; asked once per process by running it); any CPU but
+// x86-64; K odd; more than 32 rows of activations; weights over 32M elements (their probe would
+// cost > 0.1 s); layouts the kernel cannot read (activations or weight rows not unit-strided
+// along K, a non-contiguous output, an output overlapping an input).
 #pragma once
 
 #include <ATen/core/Tensor.h>
