@@ -75,10 +75,6 @@ NeuronGeneratorImpl* generator_for(const std::optional<at::Generator>& generator
 // CPU kernel that insists on one: the generic path's random ops (none of ATen's: they have
 // kernels of ours, csrc/kernels/Random.cpp), so that they too follow torch.neuron's seed.
 at::Generator cpu_generator_for(const std::optional<at::Generator>& generator, c10::DeviceIndex device);
-// (the compiled programs' executor, until it draws through the random kernels)
-inline at::Generator engine_for(const std::optional<at::Generator>& generator, c10::DeviceIndex device) {
-  return cpu_generator_for(generator, device);
-}
 // Reserves `elements` elements' words of `generator` (or the device's default) under its lock.
 PhiloxDraws reserve_draws(const std::optional<at::Generator>& generator, c10::DeviceIndex device, uint64_t elements);
 
