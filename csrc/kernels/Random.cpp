@@ -5,6 +5,8 @@
 #include <ATen/Dispatch_v2.h>
 #include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/stack.h>
+#include <c10/util/MathConstants.h>
 #include <ATen/core/DistributionsHelper.h>
 #include <ATen/core/PhiloxRNGEngine.h>
 #include <ATen/native/DistributionTemplates.h>
@@ -179,16 +181,43 @@ struct UniformKernel {
   }
 };
 
+// Box-Muller on pairs of words, as ATen's normal_distribution (r cos(theta), and the
+// r sin(theta) it caches) and CUDA's curand_normal4: the element of word w takes the uniforms
+// of words w & ~1 and w | 1 and the cosine when w is even, the sine when odd; so its value
+// still depends on its own word's index only. In float below double (as CUDA).
+void fill_normal(const at::Tensor& out, const PhiloxDraws& draws, double mean, double std) {
+  const int64_t n = out.numel();
+  const uint64_t first = draws.offset & ~uint64_t(1);  // the first pair's first word
+  const int64_t lead = int64_t(draws.offset - first);
+  const int64_t words = (lead + n + 1) & ~int64_t(1);
+  const bool wide = out.scalar_type() == at::kDouble;
+  at::Tensor uniform = at::empty({words}, wide ? at::kDouble : at::kFloat);
+  AT_DISPATCH_FLOATING_TYPES(uniform.scalar_type(), "normal_", [&] {
+    at::uniform_real_distribution<scalar_t> distribution(0, 1);
+    fill_elements<scalar_t>(uniform, PhiloxDraws{draws.seed, first},
+                            [&](ElementDraws& rng, int64_t) { return static_cast<scalar_t>(distribution(&rng)); });
+  });
+  AT_DISPATCH_FLOATING_TYPES(uniform.scalar_type(), "normal_", [&] {
+    scalar_t* u = uniform.mutable_data_ptr<scalar_t>();
+    at::parallel_for(0, words / 2, 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t pair = begin; pair < end; ++pair) {  // ATen's normal_distribution, both results
+        const scalar_t radius = std::sqrt(scalar_t(-2) * std::log1p(-u[2 * pair + 1]));
+        const scalar_t theta = scalar_t(2) * c10::pi<scalar_t> * u[2 * pair];
+        u[2 * pair] = radius * std::cos(theta) * scalar_t(std) + scalar_t(mean);
+        u[2 * pair + 1] = radius * std::sin(theta) * scalar_t(std) + scalar_t(mean);
+      }
+    });
+  });
+  out.copy_(uniform.narrow(0, lead, n).view(out.sizes()));
+}
+
 template <typename RNG>
 struct NormalKernel {
   void operator()(const at::TensorBase& self, double mean, double std, Generator generator) const {
-    draw("aten::normal_", {at::Tensor(self)}, generator, [mean, std](const auto& host, const auto& draws) {
-      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, host[0].scalar_type(), "normal_", [&] {
-        using acc_t = at::acc_type<scalar_t, /*is_cuda=*/true>;  // float below double, as CUDA
-        at::normal_distribution<acc_t> normal{acc_t(mean), acc_t(std)};
-        fill_elements<scalar_t>(host[0], draws, [&](ElementDraws& rng, int64_t) { return static_cast<scalar_t>(normal(&rng)); });
-      });
-    });
+    TORCH_CHECK(at::isFloatingType(self.scalar_type()), "normal_ expects a floating-point tensor, got ",
+                self.scalar_type());
+    draw("aten::normal_", {at::Tensor(self)}, generator,
+         [mean, std](const auto& host, const auto& draws) { fill_normal(host[0], draws, mean, std); });
   }
 };
 
