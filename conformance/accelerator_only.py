@@ -61,7 +61,7 @@ GROUPS = [
      "no longer selected: PyTorch 2.13's dropout uses native_dropout on accelerators; "
      "`torch._fused_dropout` (p = probability to keep; uint8 mask) and its backward "
      "`_masked_scale` (derivatives.yaml) remain public",
-     "csrc/kernels/AcceleratorOnly.cpp (draws with the device's generator, in program order)"),
+     "csrc/kernels/AcceleratorOnly.cpp (its mask from bernoulli_: the device's Philox generator)"),
     (NOT_REACHED,
      ["_cudnn_rnn", "_cudnn_rnn_backward", "_cudnn_rnn_flatten_weight", "_cudnn_init_dropout_state",
       "_use_cudnn_ctc_loss", "_use_cudnn_ctc_loss.Tensor", "_cudnn_ctc_loss", "_cudnn_ctc_loss.Tensor",

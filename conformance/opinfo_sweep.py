@@ -32,7 +32,11 @@ Rules (also written into COVERAGE.md):
   that aliases input i must alias neuron input i. In-place results must be the input object
   itself and out= results the `out` object itself when the CPU's are.
 - Random ops (RANDOM_OPS and OpInfos with `has_nondeterministic_output`, e.g. empty*)
-  compare only device, dtype and shape.
+  compare only device, dtype and shape: the device draws from its own Philox generator, so its
+  values are not CPU's (as CUDA's are not). RANDOM_OPS are checked as PyTorch's suite checks
+  CUDA's: the forward run twice after `torch.neuron.manual_seed` gives the same values, and the
+  neuron runs leave the CPU's default generator as it was (tests/test_rng.py adds the
+  distributions, the asynchronous and compiled paths).
 - Gradients: float32 samples with requires_grad=True; the loss is the sum of all floating
   outputs (after `output_process_fn_grad`) that require grad, a complex output counting
   through the sum of its real and imaginary parts (`view_as_real`); `torch.autograd.grad` with
@@ -108,6 +112,14 @@ RANDOM_OPS = frozenset({
     "nn.functional.rrelu", "nn.functional.fractional_max_pool2d",
     "nn.functional.fractional_max_pool3d", "svd_lowrank", "pca_lowrank",
 })
+
+RANDOM_NOTE = (
+    "Random ops draw from the device's own generator (Philox4x32-10, CUDA's 16-byte seed and offset "
+    "state; csrc/NeuronGenerator.h), so their values are not CPU's, as CUDA's are not: their cells "
+    "compare device, dtype and shape, and (the ops of RANDOM_OPS) that two forwards after "
+    "`torch.neuron.manual_seed` draw the same values and leave the CPU's default generator as it was. "
+    "Distributions, seeding and determinism on every path (eager, asynchronous, compiled) are "
+    "tests/test_rng.py's, as PyTorch's own suite checks CUDA's.")
 
 # Ops not run at all, with the reason. Only for ops observed to hang or to take
 # unreasonably long on CPU itself (none so far).
@@ -564,7 +576,7 @@ def _run_forward(op, sample, ctx, holder):
     # raw outputs: device, dtype, shape, layout; values after output_process_fn_grad
     compare_values(actual, expected, tol=tol, values=False, moved=rep.moved)
     if is_random:
-        return "pass", ""
+        return _check_seeded_draws(op, sample, ctx) if ctx.seeded else ("pass", "")
     compare_layout(actual, expected, _tensor_inputs(cpu_in, cpu_args, cpu_kwargs),
                    _tensor_inputs(dev_in, dev_args, dev_kwargs))
     try:
@@ -574,6 +586,25 @@ def _run_forward(op, sample, ctx, holder):
         return "pass", ""
     processed_actual = sample.output_process_fn_grad(actual)
     compare_values(processed_actual, processed_expected, tol=tol, moved=rep.moved)
+    return "pass", ""
+
+
+def _check_seeded_draws(op, sample, ctx):
+    """A random op's neuron forward: reproducible under torch.neuron.manual_seed, and the CPU's
+    default generator untouched."""
+    cpu_state = torch.get_rng_state()
+    draws = []
+    for _ in range(2):
+        torch.neuron.manual_seed(1234)
+        dev_in, dev_args, dev_kwargs, _ = replicate(sample, DEVICE, ctx.cpu_args)
+        draws.append(op(dev_in, *dev_args, **dev_kwargs))
+    if not torch.equal(torch.get_rng_state(), cpu_state):
+        return "fail", "the neuron op drew from the CPU's default generator"
+    first = [x for x in flatten([draws[0]]) if isinstance(x, torch.Tensor)]
+    second = [x for x in flatten([draws[1]]) if isinstance(x, torch.Tensor)]
+    if len(first) != len(second) or not all(
+            torch.equal(a.detach().cpu(), b.detach().cpu()) for a, b in zip(first, second)):
+        return "fail", "not reproducible under torch.neuron.manual_seed"
     return "pass", ""
 
 
@@ -749,7 +780,7 @@ def run_pair(op, dtype_name, max_samples=None, on_stage=None) -> PairResult:
     is_random = (key in RANDOM_OPS or op.name in RANDOM_OPS
                  or bool(getattr(op, "has_nondeterministic_output", False)))
     tol = tolerances(op, dtype)
-    ctx = types.SimpleNamespace(is_random=is_random, tol=tol,
+    ctx = types.SimpleNamespace(is_random=is_random, tol=tol, seeded=key in RANDOM_OPS or op.name in RANDOM_OPS,
                                 cpu_args=CPU_ONLY_ARGS.get(key, CPU_ONLY_ARGS.get(op.name, ())))
 
     samples, gen_error = _collect_samples(op, dtype, False, max_samples)
@@ -939,6 +970,7 @@ def write_coverage(results: list[PairResult], path, *, seconds=None, max_samples
                "on CPU), — (the variant does not apply), ? (not recorded: the process died in another "
                "variant of this pair). The reason is the first failure's "
                "message, or why the pair did not run.\n")
+    out.append(RANDOM_NOTE + "\n")
 
     failing = [r for r in rows if r.status == "fail"]
     if failing:

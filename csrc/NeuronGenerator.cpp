@@ -1,5 +1,12 @@
 #include "NeuronGenerator.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/PhiloxRNGEngine.h>
+#include <ATen/Utils.h>
+#include <c10/core/TensorImpl.h>
+
+#include <cstring>
 #include <deque>
 #include <mutex>
 
@@ -7,65 +14,78 @@
 
 namespace torch_neuron {
 
+namespace {
+constexpr size_t kStateBytes = 2 * sizeof(uint64_t);  // seed, offset
+}  // namespace
+
 NeuronGeneratorImpl::NeuronGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
     : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, device),
                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
-      engine_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
-
-namespace {
-// Waits for queued work on `device` (see the header) unless the runtime is not running.
-// The GIL stays held: Python calls these methods holding this generator's mutex, and
-// another Python thread may hold the GIL while it waits for that mutex. (Queued work never
-// needs the GIL.) The communication streams are not waited for: no kernel draws random
-// numbers there, and their tasks wait for peers, which may wait for this rank's next
-// collective of another group (review 10, finding 3; PowerSGD's hook calls manual_seed).
-void drain(c10::DeviceIndex device) {
-  if (!neuron_rt::Runtime::initialized() || neuron_rt::Runtime::in_bad_fork()) return;
-  auto& rt = runtime();
-  if (rt.launch_blocking()) return;
-  NEURON_RT_CALL(rt.synchronize(device, /*communication=*/false));
+      state_(c10::make_intrusive<State>()) {
+  state_->seed = seed;
 }
-}  // namespace
 
 void NeuronGeneratorImpl::set_current_seed(uint64_t seed) {
-  drain(device().index());
-  std::lock_guard<std::mutex> lock(engine_.mutex());
-  engine_.set_current_seed(seed);
+  state_->seed = seed;
+  state_->offset = 0;
 }
-void NeuronGeneratorImpl::set_offset(uint64_t offset) {
-  drain(device().index());
-  std::lock_guard<std::mutex> lock(engine_.mutex());
-  engine_.set_offset(offset);
-}
-uint64_t NeuronGeneratorImpl::get_offset() const {
-  drain(device().index());
-  std::lock_guard<std::mutex> lock(engine_.mutex());
-  return engine_.get_offset();
-}
-uint64_t NeuronGeneratorImpl::current_seed() const {
-  std::lock_guard<std::mutex> lock(engine_.mutex());
-  return engine_.current_seed();
-}
+uint64_t NeuronGeneratorImpl::current_seed() const { return state_->seed; }
+
 uint64_t NeuronGeneratorImpl::seed() {
-  drain(device().index());
-  std::lock_guard<std::mutex> lock(engine_.mutex());
-  return engine_.seed();
+  const uint64_t random = c10::detail::getNonDeterministicRandom(/*is_cuda=*/true);
+  set_current_seed(random);
+  return random;
 }
+
+void NeuronGeneratorImpl::set_offset(uint64_t offset) { state_->offset = offset; }
+uint64_t NeuronGeneratorImpl::get_offset() const { return state_->offset; }
+
 void NeuronGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
-  drain(device().index());
-  std::lock_guard<std::mutex> lock(engine_.mutex());
-  engine_.unsafeGetGeneratorImpl()->set_state(new_state);
+  at::detail::check_rng_state(new_state);
+  TORCH_CHECK(size_t(new_state.numel()) == kStateBytes,
+              "a neuron generator's state is ", kStateBytes, " bytes (an 8-byte seed, then an 8-byte offset: "
+              "Philox, as CUDA's), but the state given has ", new_state.numel(),
+              " bytes. Pass a state from torch.neuron.get_rng_state() or a neuron Generator's get_state() "
+              "(a CPU generator's state does not fit a neuron generator)");
+  const auto* bytes = new_state.data_dtype_initialized<uint8_t>();
+  uint64_t seed = 0, offset = 0;
+  std::memcpy(&seed, bytes, sizeof(seed));
+  std::memcpy(&offset, bytes + sizeof(seed), sizeof(offset));
+  state_->seed = seed;
+  state_->offset = offset;
 }
+
 c10::intrusive_ptr<c10::TensorImpl> NeuronGeneratorImpl::get_state() const {
-  drain(device().index());
-  std::lock_guard<std::mutex> lock(engine_.mutex());
-  return engine_.unsafeGetGeneratorImpl()->get_state();
+  auto state = at::detail::empty_cpu({int64_t(kStateBytes)}, at::kByte, std::nullopt, std::nullopt, std::nullopt,
+                                     std::nullopt);
+  auto* bytes = state.data_ptr<uint8_t>();
+  std::memcpy(bytes, &state_->seed, sizeof(uint64_t));
+  std::memcpy(bytes + sizeof(uint64_t), &state_->offset, sizeof(uint64_t));
+  return state.getIntrusivePtr();
 }
+
+void NeuronGeneratorImpl::graphsafe_set_state(const c10::intrusive_ptr<c10::GeneratorImpl>& state) {
+  auto* other = dynamic_cast<NeuronGeneratorImpl*>(state.get());
+  TORCH_CHECK(other, "graphsafe_set_state of a neuron generator expects a neuron generator, got a '",
+              state->device().type(), "' generator");
+  state_ = other->state_;
+}
+
+c10::intrusive_ptr<c10::GeneratorImpl> NeuronGeneratorImpl::graphsafe_get_state() const {
+  auto shared = c10::make_intrusive<NeuronGeneratorImpl>(device().index());
+  shared->state_ = state_;
+  return shared;
+}
+
+PhiloxDraws NeuronGeneratorImpl::reserve(uint64_t elements) {
+  PhiloxDraws draws{state_->seed, state_->offset};
+  state_->offset += (elements + 3) / 4 * 4;
+  return draws;
+}
+
 NeuronGeneratorImpl* NeuronGeneratorImpl::clone_impl() const {
-  drain(device().index());
-  auto* copy = new NeuronGeneratorImpl(device().index());
-  std::lock_guard<std::mutex> lock(engine_.mutex());
-  copy->engine_ = engine_.clone();
+  auto* copy = new NeuronGeneratorImpl(device().index(), state_->seed);
+  copy->state_->offset = state_->offset;
   return copy;
 }
 
@@ -89,18 +109,29 @@ at::Generator make_generator(c10::DeviceIndex device) {
   return at::make_generator<NeuronGeneratorImpl>(device);
 }
 
-at::Generator engine_for(const std::optional<at::Generator>& generator, c10::DeviceIndex device) {
+NeuronGeneratorImpl* generator_for(const std::optional<at::Generator>& generator, c10::DeviceIndex device) {
   if (!generator.has_value() || !generator->defined()) {
-    return default_generator(device).get<NeuronGeneratorImpl>()->engine();
+    return default_generator(device).get<NeuronGeneratorImpl>();
   }
-  auto type = generator->device().type();
-  if (type == c10::DeviceType::CPU) return *generator;
-  TORCH_CHECK(type == c10::DeviceType::PrivateUse1,
-              "Expected a 'neuron' or 'cpu' generator for an op on neuron, but got a '",
-              generator->device().type(), "' generator");
+  // CUDA's message: "Expected a 'cuda' device type for generator but found 'cpu'"
+  auto* impl = at::check_generator<NeuronGeneratorImpl>(generator);
   TORCH_CHECK(device < 0 || generator->device().index() == device, "Expected a 'neuron:", int(device),
               "' generator device but found '", generator->device(), "' (as CUDA, a generator draws for its own core)");
-  return generator->get<NeuronGeneratorImpl>()->engine();
+  return impl;
+}
+
+PhiloxDraws reserve_draws(const std::optional<at::Generator>& generator, c10::DeviceIndex device, uint64_t elements) {
+  NeuronGeneratorImpl* impl = generator_for(generator, device);
+  std::lock_guard<std::mutex> lock(impl->mutex_);
+  return impl->reserve(elements);
+}
+
+at::Generator cpu_generator_for(const std::optional<at::Generator>& generator, c10::DeviceIndex device) {
+  const PhiloxDraws draws = reserve_draws(generator, device, 2);
+  at::philox_engine engine(draws.seed, 0, draws.offset / 4);
+  for (uint64_t skip = draws.offset % 4; skip > 0; --skip) engine();
+  const uint64_t low = engine();
+  return at::make_generator<at::CPUGeneratorImpl>((uint64_t(engine()) << 32) | low);
 }
 
 }  // namespace torch_neuron

@@ -106,3 +106,10 @@ def test_harness_classes_int64_beyond_int32_as_device_semantics():
     pair = sweep.run_pair(op, "int64")
     assert pair.status == "64-bit", (pair.status, pair.reason)
     assert "values differ" in pair.forward.reason
+
+
+def test_harness_reports_a_random_op_drawing_from_the_cpu_generator(monkeypatch):
+    monkeypatch.setattr(sweep, "RANDOM_OPS", sweep.RANDOM_OPS | {"fake"})
+    op = _fake_op(lambda x: x + torch.rand(x.shape).to(x.device))
+    pair = sweep.run_pair(op, "float32")
+    assert pair.forward.status == "fail" and "CPU's default generator" in pair.forward.reason

@@ -19,6 +19,7 @@
 #include "../NeuronAllocator.h"
 #include "../NeuronCommon.h"
 #include "../NeuronGenerator.h"
+#include "../kernels/Random.h"
 #include "../kernels/ZeroCopy.h"
 
 namespace torch_neuron {
@@ -545,7 +546,7 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
       if (slot.list_index < 0) stack[slot.position] = get(slot.value);
     }
     for (size_t position : step.generators) {
-      if (stack[position].isNone()) stack[position] = engine_for(std::nullopt, device_);
+      if (stack[position].isNone()) stack[position] = default_generator(device_);
     }
     {
       std::optional<LendOutputs> lend;
@@ -553,7 +554,14 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
         const at::Tensor& slot = get(step.outputs[0]);
         lend.emplace(std::vector<std::pair<void*, size_t>>{{slot.data_ptr(), size_t(slot.nbytes())}});
       }
-      step.op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+      if (step.generators.empty()) {
+        step.op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+      } else {
+        // A random op: the device's random kernels (kernels/Random.h) on the host views, drawing
+        // from the device's generator, which the ops they call reach by its dispatch key.
+        HostDrawScope host_draws(device_);
+        step.op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
+      }
     }
     if (stack.size() == 1 && stack[0].isTensorList()) {  // one Tensor[] return (_foreach_*, split...)
       auto list = stack[0].toTensorList();

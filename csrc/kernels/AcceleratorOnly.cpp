@@ -20,6 +20,7 @@
 // (reported as fallback ops).
 #include <ATen/TensorOperators.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_masked_scale.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/var_mean.h>
@@ -272,21 +273,12 @@ std::tuple<at::Tensor, at::Tensor> fused_dropout(const at::Tensor& self, double 
     TORCH_CHECK(p >= 0 && p <= 1, "_fused_dropout: the probability to keep has to be between 0 and 1, but got ", p);
     TORCH_CHECK(at::isFloatingType(self.scalar_type()), "_fused_dropout: expected a floating input, got ",
                 self.scalar_type());
-    DeviceCheck check;
-    check.add(self, "_fused_dropout");
-    const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(runtime().current_device());
-    at::Generator engine = engine_for(generator, device);
     // p is the probability to keep an element (the caller passes 1 - dropout probability).
-    TensorBody body = [p, engine](const std::vector<at::Tensor>& in) {
-      const at::Tensor& x = in[0];
-      at::Tensor mask = at::empty_like(x, x.options().dtype(at::kByte));
-      if (x.numel() == 0) return std::vector<at::Tensor>{x.clone(), mask};
-      mask.bernoulli_(p, engine);
-      const double scale = p > 0 ? 1.0 / p : 0.0;
-      return std::vector<at::Tensor>{(widened(x) * mask * scale).to(x.scalar_type()), mask};
-    };
-    auto r = run_kernel("aten::_fused_dropout", {self}, body, /*random=*/true);
-    return {r[0], r[1]};
+    // The mask draws from the device's generator (csrc/kernels/Random.cpp).
+    at::Tensor mask = at::empty_like(self, self.options().dtype(at::kByte));
+    if (self.numel() == 0) return {self.clone(), mask};
+    mask.bernoulli_(p, generator);
+    return {at::_masked_scale(self, mask, p > 0 ? 1.0 / p : 0.0), mask};
   });
 }
 

@@ -544,7 +544,7 @@ void run_inline(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::S
     } else if (list_has_tensors(value)) {
       value = list_map(value, [&](const at::Tensor& t) { return call.to_host(t); });
     } else if (plan.is_generator[i]) {
-      value = engine_for(value.isNone() ? std::nullopt : std::optional<at::Generator>(value.toGenerator()), device);
+      value = cpu_generator_for(value.isNone() ? std::nullopt : std::optional<at::Generator>(value.toGenerator()), device);
     } else if (value.isDevice() && value.toDevice().type() == kNeuron) {
       value = c10::Device(c10::DeviceType::CPU);
     }
@@ -830,7 +830,7 @@ torch::jit::Stack host_arguments(const OpPlan& plan, const c10::IValue* argument
     } else if (list_has_tensors(value)) {
       args.emplace_back(list_map(value, host));
     } else if (plan.is_generator[i]) {
-      args.emplace_back(engine_for(value.isNone() ? std::nullopt : std::optional<at::Generator>(value.toGenerator()), device));
+      args.emplace_back(cpu_generator_for(value.isNone() ? std::nullopt : std::optional<at::Generator>(value.toGenerator()), device));
     } else if (value.isDevice() && value.toDevice().type() == kNeuron) {
       args.emplace_back(c10::Device(c10::DeviceType::CPU));
     } else {
@@ -900,6 +900,22 @@ void enqueue(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stac
   stack->insert(stack->end(), results.begin(), results.end());
 }
 
+// A random op reaches this kernel for a neuron generator even when its tensors are on the
+// CPU (the dispatcher picks the generator's backend): say that the generator is what is
+// wrong, as CPU's kernels do for a CUDA generator.
+void check_generator_device(const OpPlan& plan, const torch::jit::Stack& stack, size_t begin) {
+  bool neuron_tensor = false, neuron_generator = false;
+  for (size_t i = begin; i < stack.size(); ++i) {
+    for_each_tensor(stack[i], [&](const at::Tensor& t) { neuron_tensor |= t.defined() && t.device().type() == kNeuron; });
+    if (stack[i].isDevice()) neuron_tensor |= stack[i].toDevice().type() == kNeuron;
+    if (plan.is_generator[i - begin] && stack[i].isGenerator()) {
+      neuron_generator |= stack[i].toGenerator().device().type() == kNeuron;
+    }
+  }
+  TORCH_CHECK(neuron_tensor || !neuron_generator, "Expected a 'cpu' device type for generator but found 'neuron' (",
+              plan.name, "'s tensors are on the CPU; pass a CPU generator, or move the tensors to the neuron device)");
+}
+
 }  // namespace
 
 void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -913,6 +929,7 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                               "e.g. CUDA). See COVERAGE.md, \"Accelerator-only ops\".");
   const size_t num_arguments = op.schema().arguments().size();
   const size_t begin = stack->size() - num_arguments;
+  if (plan.random) check_generator_device(plan, *stack, begin);
   DeviceCheck check;
   for (size_t i = 0; i < num_arguments; ++i) {
     const c10::IValue& value = (*stack)[begin + i];

@@ -22,9 +22,10 @@
 //    against the CPU kernel's; a signature where they differ is never queued. The check
 //    assumes that a meta kernel that agrees with the CPU kernel for one shape agrees for
 //    all shapes of the same dtypes and memory formats;
-//  - random ops run inline after draining their stream, so draws happen in program order
-//    (queued draws would follow the order the streams' workers run in); so do ops that
-//    write an argument sharing memory with another (overlap errors are raised at the call);
+//  - random ops reaching this path (ATen's have kernels of their own, kernels/Random.h, which
+//    take their Philox words at the call and are queued) run inline after draining their
+//    stream, drawing from a CPU generator seeded from the device's; so do ops that write an
+//    argument sharing memory with another (overlap errors are raised at the call);
 //  - a queued kernel's scratch is host memory (its outputs are preallocated), so it never
 //    needs device memory the host may have taken meanwhile;
 //  - the task holds the runtime buffers of every operand and fresh host views, never a

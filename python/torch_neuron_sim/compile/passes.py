@@ -411,12 +411,26 @@ def reinplace_input_updates(gm):
     return len(updated)
 
 
-_WITH_GENERATOR = {
-    aten.rand.default: aten.rand.generator, aten.randn.default: aten.randn.generator,
-    aten.rand_like.default: aten.rand_like.generator, aten.randn_like.default: aten.randn_like.generator,
-    aten.randint.default: aten.randint.generator, aten.randint.low: aten.randint.low_generator,
-    aten.randperm.default: aten.randperm.generator, aten.randint_like.default: aten.randint_like.generator,
-}
+_WITH_GENERATOR = {}
+
+
+def _with_generator(target):
+    """The overload of `target` taking the same arguments and a keyword `generator` (rand ->
+    rand.generator, randint_like.low_dtype -> randint_like.low_generator_dtype), or None."""
+    if target not in _WITH_GENERATOR:
+        found = None
+        schema = getattr(target, "_schema", None)
+        if schema is not None and not any(a.name == "generator" for a in schema.arguments):
+            names = [a.name for a in schema.arguments]
+            packet = target.overloadpacket
+            for overload in packet.overloads():
+                arguments = getattr(packet, overload)._schema.arguments
+                extra = [a for a in arguments if a.name == "generator"]
+                if extra and extra[0].kwarg_only and [a.name for a in arguments if a.name != "generator"] == names:
+                    found = getattr(packet, overload)
+                    break
+        _WITH_GENERATOR[target] = found
+    return _WITH_GENERATOR[target]
 
 
 def seeded_ops_take_a_generator(gm):
@@ -425,9 +439,11 @@ def seeded_ops_take_a_generator(gm):
     generator (the executor passes it), as eager ops do. Returns how many were rewritten."""
     rewritten = 0
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in _WITH_GENERATOR:
-            node.target = _WITH_GENERATOR[node.target]
-            rewritten += 1
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            with_generator = _with_generator(node.target)
+            if with_generator is not None:
+                node.target = with_generator
+                rewritten += 1
     if rewritten:
         gm.recompile()
     return rewritten
