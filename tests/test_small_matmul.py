@@ -14,13 +14,13 @@ import torch_neuronx  # noqa: F401
 from torch_neuron_sim import _C
 
 # What the kernel needs from the CPU: AVX512-BF16, and oneDNN's ISA (ONEDNN_MAX_CPU_ISA) at
-# least avx512_core; "transposed" on AMX, "direct" without (Note [Small bfloat16 matmuls]).
+# least avx512_core_bf16; "transposed" on AMX, "direct" without (Note [Small bfloat16 matmuls]).
 FORM = _C.small_matmul_form()
 SUPPORTED = FORM != "none" and _C.small_matmul_applies(1, 128, 128)
 needs_kernel = pytest.mark.skipif(
     not SUPPORTED,
     reason="the small-matmul kernel does not run on this CPU (no AVX512-BF16, or ONEDNN_MAX_CPU_ISA below "
-    "AVX512_CORE): every product is at::mm's" if FORM == "none" else
+    "AVX512_CORE_BF16): every product is at::mm's" if FORM == "none" else
     "oneDNN's matmul sums 1x128x128 in another order here: programs keep at::mm")
 
 

@@ -31,20 +31,20 @@ namespace {
 
 constexpr int64_t kMaxRows = 32;              // m: the columns of the packed operand
 constexpr int64_t kMaxWeight = int64_t(1) << 25;  // k * n: a larger weight's probe costs > 0.1 s
+constexpr int64_t kMaxK = int64_t(1) << 16;       // k: the transposed form's packed activations (4 MiB)
 constexpr int64_t kParallelWeight = 1 << 16;    // k * n from which the rows are split among threads
 constexpr int64_t kChunkRows = 1024;            // weight rows per brgemm call (bounds the accumulator)
 constexpr int64_t kProbeRows = 2048;            // weight rows drawn at random by the probe
 
 std::atomic<uint64_t> kernel_calls{0};  // small_matmul_calls()
 
-// The CPU's side, asked once per process: AVX512-BF16 for the final conversion, and ATen's
-// bfloat16 brgemm with VNNI operands running at all. That kernel needs oneDNN's effective ISA to
-// be at least avx512_core (AMX is not needed: on an AVX512-BF16 CPU without AMX oneDNN runs the
-// same micro-kernel with vdpbf16ps), and ATen refuses it below that (an AVX2 CPU, or
-// ONEDNN_MAX_CPU_ISA=AVX2). oneDNN's own ISA query is not exported from libtorch, so the answer
-// is the kernel's: one 16x16x2 product, which throws where it cannot run. Asked while oneDNN is
-// enabled only (ATen's brgemm also refuses while torch.backends.mkldnn is off); the answer is
-// kept: neither the hardware nor ONEDNN_MAX_CPU_ISA changes in a process.
+// The CPU's side: AVX512-BF16 for the final conversion, and ATen's bfloat16 brgemm with VNNI
+// operands running at all. ATen allows that kernel from oneDNN's avx512_core, but oneDNN's
+// bfloat16 micro-kernel needs avx512_core_bf16 (AMX is not needed: on an AVX512-BF16 CPU without
+// AMX it runs with vdpbf16ps), and it refuses below that (an AVX2 CPU, or ONEDNN_MAX_CPU_ISA=AVX2,
+// AVX512_CORE, AVX512_CORE_VNNI). oneDNN's own ISA query is not exported from libtorch, so the
+// answer is the kernel's: one 16x16x2 product, which throws where it cannot run (and while
+// torch.backends.mkldnn is off: form() does not keep an answer it cannot trust).
 bool kernel_runs_here() {
   try {
     const uint16_t one = 0x3F80;  // 1.0 in bfloat16
@@ -66,9 +66,12 @@ bool kernel_runs_here() {
 // spend 16 on one row of activations).
 enum class Form { kUnknown, kNone, kTransposed, kDirect };
 std::atomic<Form> cpu_form{Form::kUnknown};
+std::atomic<Form> last_found{Form::kUnknown};  // the previous determination, not kept yet
 
 // The form for this CPU (and oneDNN's ISA limit); call while oneDNN is enabled. could_pack asks
-// oneDNN's effective ISA for AMX (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on an AMX machine: direct).
+// oneDNN's effective ISA for AMX (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on an AMX machine: direct);
+// the trial asks whether ATen's brgemm runs bfloat16 at all (oneDNN's ISA at least
+// avx512_core_bf16: not under ONEDNN_MAX_CPU_ISA=AVX2, AVX512_CORE or AVX512_CORE_VNNI).
 Form form() {
   const Form known = cpu_form.load(std::memory_order_acquire);
   if (known != Form::kUnknown) return known;
@@ -85,7 +88,10 @@ Form form() {
                      : at::native::cpublas::could_pack(at::kBFloat16) ? Form::kTransposed
                                                                             : Form::kDirect;
   if (!at::globalContext().userEnabledMkldnn()) return Form::kNone;
-  cpu_form.store(found, std::memory_order_release);
+  // Kept once two determinations agree: another thread may switch oneDNN off for a moment during
+  // the trial (ATen's brgemm then refuses as it does on a CPU it cannot run on, and could_pack
+  // answers no), after which this one answers for the call that made it only.
+  if (last_found.exchange(found, std::memory_order_acq_rel) == found) cpu_form.store(found, std::memory_order_release);
   return found;
 }
 
@@ -215,44 +221,51 @@ void run_transposed(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_
   });
 }
 
-constexpr int64_t kBlock = 64;  // the direct form: weight rows packed per brgemm call
+constexpr int64_t kBlock = 64;            // the direct form: weight rows packed per brgemm call
+constexpr int64_t kMaxDirectDepth = 1024;  // the direct form: the longest piece of k packed at once
 
-// Rows [0, rows) of w (rows <= kBlock, row stride ldw, k even) into brgemm's VNNI B layout
-// packed[k/2][kBlock][2] (32-bit pairs of a row, transposed 16x16 at a time); rows past `rows`
-// are zero.
-__attribute__((target("avx512f"))) void pack_block(const uint16_t* w, int64_t ldw, int64_t rows, int64_t k,
-                                                   uint32_t* packed) {
-  const int64_t pairs = k / 2;
-  for (int64_t r0 = 0; r0 < kBlock; r0 += 16) {
-    int64_t p0 = 0;
-    if (r0 + 16 <= rows) {
-      for (; p0 + 16 <= pairs; p0 += 16) {
-        __m512i v[16], t[16];
+// Pairs [first_pair, last_pair) of rows [0, rows) of w (row stride ldw) into brgemm's VNNI B
+// layout packed[pair - first_pair][columns][2] (columns: rows rounded up to 16; the rows past
+// `rows` are zero): 16x16 blocks of 32-bit pairs transposed in registers, partial blocks loaded
+// under a mask (no read past a row's last pair or the last row).
+__attribute__((target("avx512f"))) void pack_block(const uint16_t* w, int64_t ldw, int64_t rows, int64_t columns,
+                                                   int64_t first_pair, int64_t last_pair, uint32_t* packed) {
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t r0 = 0; r0 < columns; r0 += 16) {
+    const int64_t live = std::min<int64_t>(16, rows - r0);
+    for (int64_t p0 = first_pair; p0 < last_pair; p0 += 16) {
+      const int64_t count = std::min<int64_t>(16, last_pair - p0);
+      const __mmask16 mask = count == 16 ? __mmask16(0xFFFF) : __mmask16((1u << count) - 1);
+      __m512i v[16], t[16];
+      uint32_t* to = packed + (p0 - first_pair) * columns + r0;
+      if (live == 16 && count == 16) {  // the common case, kept in registers
 #pragma GCC unroll 16
         for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_si512(w + (r0 + i) * ldw + 2 * p0);
         transpose16x16(v, t);
 #pragma GCC unroll 16
-        for (int q = 0; q < 16; ++q) _mm512_storeu_si512(packed + (p0 + q) * kBlock + r0, t[q]);
+        for (int q = 0; q < 16; ++q) _mm512_storeu_si512(to + q * columns, t[q]);
+        continue;
       }
-    }
-    for (int64_t p = p0; p < pairs; ++p) {
-      for (int64_t i = 0; i < 16; ++i) {
-        uint32_t pair = 0;
-        if (r0 + i < rows) std::memcpy(&pair, w + (r0 + i) * ldw + 2 * p, 4);
-        packed[p * kBlock + r0 + i] = pair;
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        v[i] = i < live ? _mm512_maskz_loadu_epi32(mask, w + (r0 + i) * ldw + 2 * p0) : zero;
       }
+      transpose16x16(v, t);
+      for (int64_t q = 0; q < count; ++q) _mm512_storeu_si512(to + q * columns, t[q]);
     }
   }
 }
 
-// Weight rows [begin, end) in the direct form: blocks of kBlock rows packed, then
-// out[:, block] = a @ block^T by brgemm (a is its A operand as it lies), k in pieces of depth as
-// in run_rows, each row of the float32 result converted to bfloat16.
+// Weight rows [begin, end) in the direct form: blocks of up to kBlock rows, each piece of k
+// (depth elements, as in run_rows) packed and multiplied by brgemm (a is its A operand as it
+// lies: out[:, block] = a @ block^T, the piece's sum added to the pieces before it), each row of
+// the float32 result converted to bfloat16. The packed piece is at most depth/2 x kBlock pairs
+// (candidate_depths keeps depth <= kMaxDirectDepth in this form), so it stays in cache.
 void run_direct_rows(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, int64_t m,
                      int64_t k, int64_t n, int64_t depth, int64_t begin, int64_t end) {
   thread_local std::vector<uint32_t> packed;
   thread_local std::vector<float> accumulator;
-  packed.resize(size_t(k / 2 * kBlock));
+  packed.resize(size_t((std::min(depth, k) / 2) * kBlock));
   accumulator.resize(size_t(m * kBlock));
   struct Release {  // as in run_rows
     ~Release() { at::native::cpublas::brgemm_release(/*is_vnni=*/true); }
@@ -261,12 +274,13 @@ void run_direct_rows(uint16_t* out, const uint16_t* a, int64_t lda, const uint16
   for (int64_t first = begin; first < end; first += kBlock) {
     const int64_t rows = std::min(kBlock, end - first);
     const int64_t columns = (rows + 15) / 16 * 16;
-    pack_block(w + first * ldw, ldw, rows, k, packed.data());
     for (int64_t piece = 0; piece < k; piece += depth) {
-      at::native::cpublas::brgemm(m, columns, std::min(depth, k - piece), lda, kBlock, kBlock, /*add_C=*/piece > 0,
+      const int64_t length = std::min(depth, k - piece);
+      pack_block(w + first * ldw, ldw, rows, columns, piece / 2, (piece + length) / 2, packed.data());
+      at::native::cpublas::brgemm(m, columns, length, lda, columns, kBlock, /*add_C=*/piece > 0,
                                   reinterpret_cast<const at::BFloat16*>(a + piece),
-                                  reinterpret_cast<const at::BFloat16*>(packed.data() + piece / 2 * kBlock),
-                                  accumulator.data(), /*is_vnni=*/true);
+                                  reinterpret_cast<const at::BFloat16*>(packed.data()), accumulator.data(),
+                                  /*is_vnni=*/true);
     }
     for (int64_t r = 0; r < m; ++r) {
       to_bfloat16(accumulator.data() + r * kBlock, converted, columns);
@@ -311,7 +325,7 @@ void run_kernel(uint16_t*, const uint16_t*, int64_t, const uint16_t*, int64_t, i
 #endif  // defined(__x86_64__)
 
 bool size_rule(int64_t m, int64_t k, int64_t n) {
-  return m >= 1 && m <= kMaxRows && k >= 2 && k % 2 == 0 && n >= 1 && k * n <= kMaxWeight;
+  return m >= 1 && m <= kMaxRows && k >= 2 && k <= kMaxK && k % 2 == 0 && n >= 1 && k * n <= kMaxWeight;
 }
 
 // Probe data, as bfloat16 bits from a xorshift generator (a shape's probe fills its weight
@@ -360,7 +374,9 @@ void fill_activations(std::vector<uint16_t>& a, int kind, Bits& bits) {
 // for one row of activations and for k <= 1024, else 1024). Which one oneDNN uses is its own
 // heuristic, so the probe tries each and keeps the first whose bits all match.
 std::vector<int64_t> candidate_depths(int64_t k) {
-  std::vector<int64_t> depths{k};
+  std::vector<int64_t> depths;
+  // the direct form packs a piece at once: all of a long k would not stay in cache
+  if (form() == Form::kTransposed || k <= kMaxDirectDepth) depths.push_back(k);
   for (const int64_t depth : {int64_t(512), int64_t(1024)}) {
     if (depth < k) depths.push_back(depth);
   }

@@ -40,7 +40,7 @@
 //
 // Kept at::mm: NEURON_SIM_SMALL_MATMUL=0; torch.backends.mkldnn.flags(enabled=False) (at::mm
 // then avoids oneDNN, and ATen's brgemm refuses to run; checked per call); a CPU without
-// AVX512-BF16, or where ATen's bfloat16 brgemm does not run (oneDNN's ISA below avx512_core: an
+// AVX512-BF16, or where ATen's bfloat16 brgemm does not run (oneDNN's ISA below avx512_core_bf16: an
 // AVX2 CPU, or ONEDNN_MAX_CPU_ISA=AVX2; asked once per process by running it); any CPU but
 // x86-64; K odd; more than 32 rows of activations; weights over 32M elements (their probe would
 // cost > 0.1 s); layouts the kernel cannot read (activations or weight rows not unit-strided
@@ -75,7 +75,7 @@ void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 bool small_matmul_unchecked(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 
 // How the kernel runs on this CPU: "transposed" (AMX), "direct" (AVX512-BF16 without AMX) or
-// "none" (at::mm everywhere: no AVX512-BF16, oneDNN's ISA limit below avx512_core, or
+// "none" (at::mm everywhere: no AVX512-BF16, oneDNN's ISA limit below avx512_core_bf16, or
 // NEURON_SIM_SMALL_MATMUL=0). Asked with oneDNN enabled; "none" while it is off.
 std::string small_matmul_form();
 

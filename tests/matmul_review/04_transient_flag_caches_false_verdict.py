@@ -37,7 +37,7 @@ if not equal:
     sys.exit(1)
 if _C.small_matmul_form() == "none":  # every product is at::mm's: there is no verdict to keep
     print("not applicable: this CPU does not run the small-matmul kernel (no AVX512-BF16, or "
-          "oneDNN's ISA limited below avx512_core), so no verdict can stay False; products checked equal to CPU")
+          "oneDNN's ISA limited below avx512_core_bf16), so no verdict can stay False; products checked equal to CPU")
     sys.exit(77)
 if runs == 0:
     print("FAIL: a verdict taken while oneDNN was off for a moment stays False")
