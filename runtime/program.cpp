@@ -1,17 +1,9 @@
 #include "program.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "error.h"
-#include "metrics.h"
 
 namespace neuron_rt {
 
@@ -570,119 +562,6 @@ std::string unseal_program(const std::string& file, const std::string& expected_
   if (crc64(file, file.size() - 8) != stored) corrupt("checksum mismatch");
   if (key != expected_key) corrupt("a foreign entry (key " + key + ", expected " + expected_key + ")");
   return payload;
-}
-
-// ---- ProgramCache ------------------------------------------------------------------------------
-
-ProgramCache::ProgramCache(std::string directory, size_t max_entries, std::function<void(const std::string&)> report)
-    : directory_(std::move(directory)), max_entries_(max_entries ? max_entries : 1), report_(std::move(report)) {}
-
-std::string ProgramCache::path_for(const std::string& directory, const std::string& key) {
-  const std::string a = key.size() >= 2 ? key.substr(0, 2) : key;
-  const std::string b = key.size() >= 4 ? key.substr(2, 2) : "00";
-  return directory + "/" + a + "/" + b + "/" + key + ".neff";
-}
-
-void ProgramCache::insert_locked(const std::string& key, const std::string& payload) {
-  auto it = index_.find(key);
-  if (it != index_.end()) entries_.erase(it->second);
-  entries_.emplace_front(key, payload);
-  index_[key] = entries_.begin();
-  while (entries_.size() > max_entries_) {
-    index_.erase(entries_.back().first);
-    entries_.pop_back();
-    Metrics::get().increment("CompilationCache.Evictions");
-  }
-}
-
-std::optional<std::string> ProgramCache::get(const std::string& key, bool* from_disk) {
-  if (from_disk) *from_disk = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = index_.find(key);
-    if (it != index_.end()) {
-      entries_.splice(entries_.begin(), entries_, it->second);
-      Metrics::get().increment("CompilationCache.InMemoryHits");
-      return it->second->second;
-    }
-  }
-  Metrics::get().increment("CompilationCache.InMemoryMisses");
-  if (directory_.empty()) return std::nullopt;
-  const std::string path = path_for(directory_, key);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    Metrics::get().increment("CompilationCache.PersistentMisses");
-    return std::nullopt;
-  }
-  std::stringstream content;
-  content << in.rdbuf();
-  std::string payload;
-  try {
-    payload = unseal_program(content.str(), key);
-    decode_program(payload);  // the payload itself must be well formed too
-  } catch (const Error& error) {
-    if (report_) report_("the program cache entry " + path + " is unusable (" + error.what() + "); deleted, recompiling");
-    ::unlink(path.c_str());
-    Metrics::get().increment("CompilationCache.PersistentMisses");
-    return std::nullopt;
-  }
-  Metrics::get().increment("CompilationCache.PersistentHits");
-  if (from_disk) *from_disk = true;
-  std::lock_guard<std::mutex> lock(mutex_);
-  insert_locked(key, payload);
-  return payload;
-}
-
-namespace {
-bool make_directories(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      const std::string part = path.substr(0, i);
-      if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return false;
-    }
-  }
-  return true;
-}
-}  // namespace
-
-void ProgramCache::put(const std::string& key, const std::string& payload) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    insert_locked(key, payload);
-  }
-  if (directory_.empty()) return;
-  const std::string path = path_for(directory_, key);
-  const std::string folder = path.substr(0, path.rfind('/'));
-  auto fail = [&](const std::string& what) {
-    if (report_) report_("could not store the program " + path + ": " + what + ": " + std::strerror(errno));
-  };
-  if (!make_directories(folder)) return fail("cannot make " + folder);
-  std::string temporary = folder + "/." + key + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(temporary.data());
-  if (fd < 0) return fail("cannot make a temporary file");
-  const std::string file = seal_program(key, payload);
-  size_t written = 0;
-  while (written < file.size()) {
-    const ssize_t n = ::write(fd, file.data() + written, file.size() - written);
-    if (n <= 0) {
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      return fail("cannot write");
-    }
-    written += size_t(n);
-  }
-  ::fchmod(fd, 0644);
-  ::close(fd);
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {  // atomic: readers see the old file or the new one
-    ::unlink(temporary.c_str());
-    return fail("cannot rename into place");
-  }
-}
-
-void ProgramCache::clear_memory() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  entries_.clear();
-  index_.clear();
 }
 
 }  // namespace neuron_rt

@@ -5,7 +5,7 @@
 // value that is not a view lives at a fixed offset of one arena, and values whose
 // lifetimes do not overlap share bytes. The bridge (csrc/compile/) turns a program into an
 // executable plan and runs it without Python; the runtime owns the format, its checks and
-// the cache.
+// the cache (program_cache.h).
 //
 // File format (seal / unseal): magic "NEURONSIMPROG", format version, the cache key, the
 // payload (encode_program), and a CRC-64 of everything before it. unseal() detects a
@@ -38,24 +38,12 @@
 // What the loader cannot know is an op's schema: csrc/compile/Executor.cpp checks every
 // argument's kind against it, and every result a kernel returns against its storage.
 //
-// Cache (ProgramCache), as TorchNeuron keeps its NEFFs: in memory (bounded, least recently
-// used first out), and on disk under a directory as <dir>/<key[0:2]>/<key[2:4]>/<key>.neff
-// with atomic writes (a unique temporary file, then rename), safe across processes. A
-// corrupt disk entry is reported, deleted and treated as a miss (so it is recompiled).
-// Counters go to Metrics ("CompilationCache.InMemoryHits", ...).
-//
-// Thread safety: encode/decode/seal/unseal/check are pure; ProgramCache may be used from any
-// thread at once.
+// Thread safety: encode/decode/seal/unseal/check are pure.
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <list>
 #include <map>
-#include <mutex>
-#include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace neuron_rt {
@@ -178,30 +166,5 @@ constexpr int64_t kPointwiseMaxRegisters = 64;
 // known opcodes, operands defined before use, a register wherever the opcode reads one,
 // float32 or bfloat16 results, at most kPointwiseMaxRegisters registers.
 void check_pointwise_code(int64_t inputs, const std::vector<int64_t>& code, const std::vector<double>& scalars);
-
-class ProgramCache {
- public:
-  // `directory` empty: memory only. Reporting of corrupt disk entries goes to `report`.
-  ProgramCache(std::string directory, size_t max_entries,
-               std::function<void(const std::string&)> report = nullptr);
-  // The payload under `key`: memory first, then disk. `from_disk` tells which answered.
-  std::optional<std::string> get(const std::string& key, bool* from_disk = nullptr);
-  // Stores `payload` under `key` in memory and, when a directory is set, on disk.
-  // Disk failures are reported, not thrown (the program still runs from memory).
-  void put(const std::string& key, const std::string& payload);
-  void clear_memory();
-  const std::string& directory() const { return directory_; }
-  // <directory>/<key[0:2]>/<key[2:4]>/<key>.neff
-  static std::string path_for(const std::string& directory, const std::string& key);
-
- private:
-  void insert_locked(const std::string& key, const std::string& payload);
-  const std::string directory_;
-  const size_t max_entries_;
-  std::function<void(const std::string&)> report_;
-  std::mutex mutex_;
-  std::list<std::pair<std::string, std::string>> entries_;  // most recent first
-  std::unordered_map<std::string, std::list<std::pair<std::string, std::string>>::iterator> index_;
-};
 
 }  // namespace neuron_rt
