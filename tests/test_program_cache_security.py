@@ -17,7 +17,7 @@ import tempfile
 import pytest
 import torch
 
-import torch_neuronx  # noqa: F401
+import torch_neuronx
 from torch_neuron_sim import _C
 
 from conftest import TESTS, run_python
@@ -189,6 +189,14 @@ def test_an_artifact_key_cannot_name_a_path(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="not a file name"):
         cache.put("../../outside", b"x")
     assert not (tmp_path / "outside.neff").exists()
+
+
+def test_the_migration_tool_measures_the_cache_where_it_is(monkeypatch):
+    from neuron_migrate import compiles
+    monkeypatch.delenv("TORCH_NEURONX_NEFF_CACHE_DIR", raising=False)
+    assert compiles.cache_dir() == torch_neuronx.neff_cache_dir() == _C.ProgramCache.default_directory()
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", "/somewhere/else")
+    assert compiles.cache_dir() == torch_neuronx.neff_cache_dir() == "/somewhere/else"
 
 
 # ---- hostile programs --------------------------------------------------------------------------
