@@ -189,3 +189,23 @@ def test_torch_check_on_static_shapes_compiles_to_nothing():
 
     with pytest.raises(RuntimeError, match="five rows"):
         torch.compile(wrong, backend="neuron", fullgraph=True)(x.to("neuron"))
+
+
+ASYNC_CHECK = """
+import torch, torch_neuronx, torch.nn.functional as F
+f = torch.compile(lambda x: F.one_hot(x, 4) * 2, backend="neuron")
+y = f(torch.tensor([0, -1], device="neuron"))
+print("returned", flush=True)
+y.cpu()
+"""
+
+
+def test_a_failing_check_in_asynchronous_mode_fails_the_stream(tmp_path):
+    # As a CUDA device-side assert: the call returns, the next wait raises the check's message.
+    from conftest import run_python
+    result = run_python(ASYNC_CHECK, {"NEURON_LAUNCH_BLOCKING": "0", "NEURON_SIM_INLINE_BYTES": "0",
+                                      "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff"),
+                                      "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}, timeout=300)
+    assert result.returncode != 0 and "returned" in result.stdout, result.stderr[-2000:]
+    assert "an asynchronous task failed" in result.stderr and "Class values must be non-negative" in result.stderr, \
+        result.stderr[-2000:]
