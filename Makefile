@@ -15,7 +15,7 @@ DEBIAN_PACKAGES := g++ cmake ninja-build libgtest-dev ccache
 SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h csrc/compile/*.cpp csrc/compile/*.h csrc/distributed/*.cpp csrc/distributed/*.h runtime/*.cpp runtime/*.h) setup.py pyproject.toml
 EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
-.PHONY: demo test test-distributed test-cpu-variants wheel test-wheel docs test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean
+.PHONY: demo test test-distributed test-cpu-variants wheel test-wheel docs test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean fuzz
 
 demo: build
 	$(PY) scripts/demo.py
@@ -46,7 +46,7 @@ docs: build
 
 # Debian packages: compilers, cmake, ninja, GoogleTest, ccache. Checked every run.
 deps:
-	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	@missing=""; for p in $(DEBIAN_PACKAGES) $(EXTRA_DEBIAN_PACKAGES); do \
 	  dpkg -s $$p 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
@@ -117,6 +117,18 @@ test-runtime-sanitizers: deps
 	$(call runtime_suite,build-asan,RelWithDebInfo,address,ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
 	$(call runtime_suite,build-tsan,RelWithDebInfo,thread,TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1)
 
+# The program loader under libFuzzer (clang, ASan+UBSan) for FUZZ_SECONDS: sealed,
+# structurally mutated programs (runtime/fuzz/program_fuzzer.cpp). Not in `make test`, which
+# runs the same mutations deterministically (runtime/tests/test_program_mutations.cpp).
+FUZZ_SECONDS ?= 300
+fuzz:
+	$(MAKE) deps EXTRA_DEBIAN_PACKAGES=clang
+	cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEURON_FUZZ=ON >/dev/null
+	cmake --build build-fuzz -j 2 --target program_fuzzer
+	mkdir -p build-fuzz/corpus
+	build-fuzz/program_fuzzer -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=65536 \
+	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
+
 # Two workers (pytest-xdist), a test file on one worker at a time: the suites spend much of
 # their time waiting for the child processes they start, so two share the machine's cores.
 XDIST := -n 2 --dist loadfile
@@ -149,4 +161,4 @@ test-python-guarded: build
 	NEURON_SIM_MEMORY_GUARD=1 NEURON_LAUNCH_BLOCKING=0 NEURON_SIM_INLINE_BYTES=0 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(GUARDED_TESTS)
 
 clean:
-	rm -rf build dist build-runtime build-asan build-tsan python/torch_neuron_sim/_C*.so $(EXTENSION) *.egg-info python/*.egg-info
+	rm -rf build dist build-runtime build-asan build-tsan build-fuzz python/torch_neuron_sim/_C*.so $(EXTENSION) *.egg-info python/*.egg-info

@@ -9,6 +9,7 @@
 #include "Pointwise.h"
 #include "../kernels/SmallMatmul.h"
 #include "runtime/program.h"
+#include "runtime/program_cache.h"
 
 namespace torch_neuron {
 namespace {
@@ -58,6 +59,49 @@ ProgramDesc program_from_dict(const py::dict& d) {
   p.arena_bytes = d["arena_bytes"].cast<uint64_t>();
   for (const auto& [k, v] : d["metadata"].cast<py::dict>()) p.metadata[k.cast<std::string>()] = v.cast<std::string>();
   return p;
+}
+
+// The inverse of program_from_dict (tests mutate programs as dicts).
+py::dict program_to_dict(const ProgramDesc& p) {
+  py::dict d;
+  d["name"] = p.name;
+  py::list values;
+  for (const ProgramValue& value : p.values) {
+    py::dict v;
+    v["kind"] = int(value.kind);
+    v["index"] = value.index;
+    v["bytes"] = value.bytes;
+    v["on_host"] = value.on_host;
+    v["dtype"] = value.spec.dtype;
+    v["sizes"] = value.spec.sizes;
+    v["strides"] = value.spec.strides;
+    v["offset"] = value.spec.offset;
+    values.append(v);
+  }
+  d["values"] = values;
+  d["inputs"] = p.inputs;
+  py::list constants;
+  for (const auto& c : p.constants) constants.append(py::bytes(c));
+  d["constants"] = constants;
+  py::list nodes;
+  for (const auto& node : p.nodes) {
+    py::dict n;
+    n["op"] = node.op;
+    py::list args;
+    for (const ProgramArg& arg : node.args) {
+      args.append(py::make_tuple(int(arg.kind), arg.integer, arg.real, arg.list, arg.reals, arg.text));
+    }
+    n["args"] = args;
+    n["outputs"] = node.outputs;
+    nodes.append(n);
+  }
+  d["nodes"] = nodes;
+  d["outputs"] = p.outputs;
+  d["arena_bytes"] = p.arena_bytes;
+  py::dict metadata;
+  for (const auto& [k, v] : p.metadata) metadata[py::str(k)] = v;
+  d["metadata"] = metadata;
+  return d;
 }
 
 py::dict summary(const ProgramDesc& p) {
@@ -120,6 +164,10 @@ void bind_programs(py::module& m) {
   m.def("describe_program", [](const py::bytes& payload) {
     return summary(NEURON_RT_CALL(neuron_rt::decode_program(std::string(payload))));
   });
+  // The structure of a payload as a dict, unchecked (tests mutate programs with it).
+  m.def("program_dict_unchecked", [](const py::bytes& payload) {
+    return program_to_dict(NEURON_RT_CALL(neuron_rt::parse_program_unchecked(std::string(payload))));
+  });
   m.def("seal_program", [](const std::string& key, const py::bytes& payload) {
     return py::bytes(neuron_rt::seal_program(key, std::string(payload)));
   });
@@ -165,7 +213,8 @@ void bind_programs(py::module& m) {
                      const py::bytes& payload) { self.put(key, std::string(payload)); })
       .def("clear_memory", &neuron_rt::ProgramCache::clear_memory)
       .def_property_readonly("directory", &neuron_rt::ProgramCache::directory)
-      .def_static("path_for", &neuron_rt::ProgramCache::path_for);
+      .def_static("path_for", &neuron_rt::ProgramCache::path_for)
+      .def_static("default_directory", &neuron_rt::ProgramCache::default_directory);
 }
 
 }  // namespace torch_neuron

@@ -73,12 +73,11 @@ at::Tensor host_tensor(void* data, size_t nbytes, const neuron_rt::TensorSpec& s
   return tensor;
 }
 
-// A view's spec with its offset moved from its root's compile-time offset to `root_offset`.
-neuron_rt::TensorSpec rebased(const neuron_rt::TensorSpec& view, const neuron_rt::TensorSpec& root, int64_t root_offset) {
-  neuron_rt::TensorSpec spec = view;
-  spec.offset = view.offset - root.offset + root_offset;
-  TORCH_CHECK(spec.offset >= 0, "compiled graph: a view of an input would start before its storage");
-  return spec;
+// A view's spec over `base`'s storage, `base` being this call's tensor for the value `base_spec`
+// was compiled as (Note [Program loader checks]: the view may not leave that storage).
+neuron_rt::TensorSpec rebased(const neuron_rt::TensorSpec& view, const neuron_rt::TensorSpec& base_spec,
+                              const at::Tensor& base) {
+  return NEURON_RT_CALL(neuron_rt::rebase_view(view, base_spec, base.storage_offset(), base.storage().nbytes()));
 }
 
 at::Tensor view_of(const at::Tensor& base, const neuron_rt::TensorSpec& spec) {
@@ -136,6 +135,81 @@ c10::IValue argument_value(const ProgramArg& arg) {
   return c10::IValue();
 }
 
+// Why a program argument cannot stand for the schema argument `schema` (empty when it can):
+// it must be of a kind the compiler makes for the argument's type (lowering.py's _arg), so
+// that the kernel receives the IValue its type promises; a tensor must come from a value
+// (or be a Python number, which becomes a wrapped number), None only where the type is
+// optional. The runtime's loader checks everything that does not need the schema.
+std::string argument_mismatch(const c10::Argument& schema, const ProgramArg& arg) {
+  using Kind = ProgramArg::Kind;
+  c10::TypePtr type = schema.real_type();
+  bool optional = false;
+  if (auto inner = type->cast<c10::OptionalType>()) {
+    optional = true;
+    type = inner->getElementType();
+  }
+  if (arg.kind == Kind::kNone) {
+    return optional || type->kind() == c10::TypeKind::GeneratorType ? "" : "None for a value that is not optional";
+  }
+  const bool number = arg.kind == Kind::kInt || arg.kind == Kind::kDouble || arg.kind == Kind::kBool;
+  auto expect = [&](bool ok) { return ok ? std::string() : std::string("a program argument of kind ") +
+                                               std::to_string(int(arg.kind)) + " for type " + type->str(); };
+  switch (type->kind()) {
+    case c10::TypeKind::TensorType: return expect(arg.kind == Kind::kValue || number);
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+    case c10::TypeKind::FloatType:
+    case c10::TypeKind::SymFloatType:
+    case c10::TypeKind::BoolType:
+    case c10::TypeKind::SymBoolType:
+    case c10::TypeKind::NumberType: return expect(number);
+    case c10::TypeKind::StringType: return expect(arg.kind == Kind::kString);
+    case c10::TypeKind::DeviceObjType: return expect(arg.kind == Kind::kDevice);
+    case c10::TypeKind::ScalarTypeType: return expect(arg.kind == Kind::kScalarType);
+    case c10::TypeKind::LayoutType: return expect(arg.kind == Kind::kLayout);
+    case c10::TypeKind::MemoryFormatType: return expect(arg.kind == Kind::kMemoryFormat);
+    case c10::TypeKind::ListType: {
+      c10::TypePtr element = type->castRaw<c10::ListType>()->getElementType();
+      const bool optional_elements = element->kind() == c10::TypeKind::OptionalType;
+      if (optional_elements) element = element->castRaw<c10::OptionalType>()->getElementType();
+      switch (element->kind()) {
+        case c10::TypeKind::TensorType: {
+          if (arg.kind != Kind::kValueList) return expect(false);
+          for (int64_t id : arg.list) {
+            if (id < 0 && !optional_elements) return "None in a list of tensors that may not hold None";
+          }
+          return "";
+        }
+        case c10::TypeKind::IntType:
+        case c10::TypeKind::SymIntType: return expect(arg.kind == Kind::kIntList || arg.kind == Kind::kInt);
+        case c10::TypeKind::FloatType: return expect(arg.kind == Kind::kDoubleList || arg.kind == Kind::kIntList);
+        case c10::TypeKind::BoolType: return expect(arg.kind == Kind::kBoolList || arg.kind == Kind::kIntList);
+        default: return "a list of " + element->str() + ", which programs cannot pass";
+      }
+    }
+    default: return "an argument of type " + type->str() + ", which programs cannot pass";
+  }
+}
+
+// A kernel's result is used (copied into its value's memory, or kept for later nodes to
+// read) only when it is a strided tensor inside its own storage: a few ATen ops build tensors
+// from their arguments without checking them (_reshape_alias, the sparse constructors), and
+// a program's arguments are not to be trusted (Note [Program loader checks]).
+void check_result(const at::Tensor& t, const std::string& op, const std::string& program) {
+  if (!t.defined()) return;
+  TORCH_CHECK(t.layout() == at::kStrided && t.has_storage(), "program ", program, ": ", op, " returned a ",
+              t.layout(), " tensor; programs hold strided tensors only");
+  if (t.numel() == 0) return;
+  unsigned __int128 last = uint64_t(t.storage_offset());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    TORCH_CHECK(t.stride(d) >= 0, "program ", program, ": ", op, " returned a tensor with a negative stride");
+    last += (unsigned __int128)(t.size(d) - 1) * uint64_t(t.stride(d));
+  }
+  const unsigned __int128 bytes = (last + 1) * t.element_size();
+  TORCH_CHECK(bytes <= t.storage().nbytes(), "program ", program, ": ", op, " returned a tensor reaching byte ",
+              uint64_t(bytes > UINT64_MAX ? UINT64_MAX : bytes), " of a storage of ", t.storage().nbytes(), " bytes");
+}
+
 using Get = std::function<const at::Tensor&(int)>;
 using Direct = std::function<void(const ProgramExecutor::Step&, const Get&)>;
 
@@ -152,9 +226,13 @@ Direct direct_kernel(const std::string& name, const ProgramExecutor::Step& step)
   auto t = [&step](size_t position) { return value_at(step, position); };
   const int a = t(0), b = t(1), c = t(2);
   const auto& args = step.arguments;
-  if (name == "aten::mm") return [=](const auto&, const Get& v) { at::cpu::mm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
-  if (name == "aten::bmm") return [=](const auto&, const Get& v) { at::cpu::bmm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
-  if (name == "aten::addmm" && c >= 0) {
+  // The kernels below read their tensor operands as values (a Python number where the schema
+  // has a tensor is not one: such a node takes the dispatcher).
+  const bool in_place = name == "aten::copy_" || name == "aten::index_copy_";
+  if (name != "aten::cat" && (a < 0 || (out < 0 && !in_place))) return nullptr;
+  if (name == "aten::mm" && b >= 0) return [=](const auto&, const Get& v) { at::cpu::mm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
+  if (name == "aten::bmm" && b >= 0) return [=](const auto&, const Get& v) { at::cpu::bmm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
+  if (name == "aten::addmm" && b >= 0 && c >= 0) {
     const at::Scalar beta = args[3].toScalar(), alpha = args[4].toScalar();
     return [=](const auto&, const Get& v) { at::cpu::addmm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), v(c), beta, alpha); };
   }
@@ -352,6 +430,9 @@ void ProgramExecutor::build() {
                 node.args.size(), " arguments, its schema ", schema.arguments().size());
     for (size_t a = 0; a < node.args.size(); ++a) {
       const ProgramArg& arg = node.args[a];
+      const std::string mismatch = argument_mismatch(schema.arguments()[a], arg);
+      TORCH_CHECK(mismatch.empty(), "program ", program_.name, ": ", node.op, " argument ", a, " (",
+                  schema.arguments()[a].name(), "): ", mismatch);
       step->arguments.push_back(argument_value(arg));
       auto type = schema.arguments()[a].real_type();
       if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
@@ -422,11 +503,12 @@ void ProgramExecutor::bind_call(RunState& state, const std::vector<at::Tensor>& 
             at::TensorOptions().dtype(scalar_type(value.spec.dtype)).device(kNeuron, device_));
         state.values[i] = host_view(output_by_value[i]);
       }
-    } else if (value.kind == ProgramValue::Kind::kView && per_call_[i]) {
+    } else if (value.kind == ProgramValue::Kind::kView && per_call_[i] &&
+               values[root_[i]].kind != ProgramValue::Kind::kDynamic) {  // those are their node's results
       // Rebased on the call's own offset: an input may be a slice of a larger storage whose
       // offset differs from the one it had when the graph was compiled.
       const at::Tensor& base = state.values[value.index];
-      state.values[i] = view_of(base, rebased(value.spec, values[value.index].spec, base.storage_offset()));
+      state.values[i] = view_of(base, rebased(value.spec, values[value.index].spec, base));
     }
   }
   // Each output as the caller sees it: a neuron tensor (a view of an input or of a fresh output).
@@ -444,7 +526,7 @@ void ProgramExecutor::bind_call(RunState& state, const std::vector<at::Tensor>& 
     }
     outputs.push_back(value.kind == ProgramValue::Kind::kView
                           ? device_base.as_strided(value.spec.sizes, value.spec.strides,
-                                                   rebased(value.spec, base.spec, device_base.storage_offset()).offset)
+                                                   rebased(value.spec, base.spec, device_base).offset)
                           : device_base);
   }
 }
@@ -567,6 +649,13 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
       auto list = stack[0].toTensorList();
       stack.clear();
       for (const at::Tensor& t : list) stack.emplace_back(t);
+    }
+    for (const c10::IValue& result : stack) {
+      if (result.isTensor()) {
+        check_result(result.toTensor(), step.name, program_.name);
+      } else if (result.isTensorList()) {
+        for (const at::Tensor& t : result.toTensorList()) check_result(t, step.name, program_.name);
+      }
     }
     for (size_t r = 0; r < step.outputs.size() && r < stack.size(); ++r) {
       const int id = step.outputs[r];

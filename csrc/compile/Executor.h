@@ -16,6 +16,11 @@
 //    enqueue.
 //  - A call checks its inputs (count, device, dtype, sizes, strides) against the program:
 //    a mismatch is a clear error naming the input, never a wrong result.
+//  - A program is trusted only as far as it was checked (Note [Program loader checks]): the
+//    runtime's loader checks its memory; the executor checks, when it builds the plan, each
+//    argument's kind against its op's schema and, when it runs, that each result a dispatched
+//    kernel returns is a strided tensor inside its storage and that each view of an input or
+//    output lies inside the call's storage (neuron_rt::rebase_view).
 //
 // Thread safety: run() may be called from any thread; calls of one executor are
 // serialised (they share the arena).

@@ -8,12 +8,14 @@
 #include <cmath>
 #include <string>
 
+#include "runtime/error.h"
+
 namespace torch_neuron {
 namespace {
 
 constexpr int kChunk = 64;
-constexpr int kMaxRegisters = 64;
-constexpr size_t kFields = 5;
+constexpr int kMaxRegisters = int(neuron_rt::kPointwiseMaxRegisters);
+constexpr size_t kFields = neuron_rt::kPointwiseFields;
 
 // float16 is not fused (fusion.py): some of ATen's half kernels round scalar operands first.
 bool float_kind(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; }
@@ -59,22 +61,10 @@ void store(char* base, int64_t stride, int64_t n, at::ScalarType t, const float*
 }  // namespace
 
 void check_pointwise_code(const PointwiseCode& code, const std::string& program) {
-  const size_t count = code.code.size() / kFields;
-  TORCH_CHECK(count > 0 && code.code.size() % kFields == 0 && code.scalars.size() == count,
-              "program ", program, ": a neuron::pointwise node has malformed code (", code.code.size(),
-              " integers, ", code.scalars.size(), " scalars)");
-  TORCH_CHECK(code.inputs + count <= size_t(kMaxRegisters), "program ", program, ": a neuron::pointwise node uses ",
-              code.inputs + count, " registers, at most ", kMaxRegisters);
-  for (size_t k = 0; k < count; ++k) {
-    const int64_t* f = &code.code[k * kFields];
-    TORCH_CHECK(f[0] >= 0 && f[0] <= int64_t(PointwiseOp::kWhere), "program ", program,
-                ": neuron::pointwise instruction ", k, " has unknown opcode ", f[0]);
-    for (int o = 1; o <= 3; ++o) {
-      TORCH_CHECK(f[o] >= -1 && f[o] < int64_t(code.inputs + k), "program ", program, ": neuron::pointwise instruction ",
-                  k, " reads register ", f[o], ", not yet defined");
-    }
-    TORCH_CHECK(f[4] >= 0 && f[4] < int64_t(c10::NumScalarTypes) && float_kind(static_cast<at::ScalarType>(f[4])),
-                "program ", program, ": neuron::pointwise instruction ", k, " has result dtype code ", f[4]);
+  try {
+    neuron_rt::check_pointwise_code(code.inputs, code.code, code.scalars);
+  } catch (const neuron_rt::Error& error) {
+    TORCH_CHECK(false, "program ", program, ": ", error.what());
   }
 }
 

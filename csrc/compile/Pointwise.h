@@ -21,21 +21,15 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "runtime/program.h"
+
 #include <cstdint>
 #include <vector>
 
 namespace torch_neuron {
 
-enum class PointwiseOp : int64_t {
-  kAdd = 0,
-  kSub = 1,
-  kMul = 2,
-  kNeg = 3,
-  kRsqrt = 4,
-  kSquare = 5,
-  kConvert = 6,  // a dtype conversion: the rounding of the result dtype only
-  kWhere = 7,    // a ? b : c (a is a condition)
-};
+// The opcodes are the program format's (runtime/program.h), which checks the code too.
+using PointwiseOp = neuron_rt::PointwiseOpcode;
 
 struct PointwiseCode {
   int inputs = 0;
@@ -43,8 +37,9 @@ struct PointwiseCode {
   std::vector<double> scalars;  // one per instruction
 };
 
-// Checks the code (operands in range, known opcodes and dtypes, at least one instruction);
-// throws c10::Error naming what is wrong.
+// Checks the code (neuron_rt::check_pointwise_code: operands defined before use, a register
+// wherever the kernel reads one, known opcodes and dtypes); throws c10::Error naming what is
+// wrong.
 void check_pointwise_code(const PointwiseCode& code, const std::string& program);
 
 // Runs the code on CPU tensors (host views): out = code(inputs), inputs broadcast to out.

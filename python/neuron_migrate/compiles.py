@@ -23,7 +23,16 @@ RECOMPILE_LOGGER = "torch._dynamo.guards.__recompiles"
 
 
 def cache_dir():
-    return os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR", "/tmp/neff_cache")
+    """Where the backend keeps compiled programs: TORCH_NEURONX_NEFF_CACHE_DIR, else the installed
+    torch_neuronx's own default when it names one (the simulator's is per user), else TorchNeuron
+    2.13's /tmp/neff_cache."""
+    setting = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR")
+    if setting is not None:
+        return setting
+    try:
+        return str(devices.neuronx().neff_cache_dir())
+    except (devices.DeviceUnavailable, AttributeError):
+        return "/tmp/neff_cache"
 
 
 def disk_usage(path):

@@ -2,7 +2,7 @@
 simulated Neuron device of torch-neuron-sim. `import torch_neuronx` registers the
 "neuron" device (also loaded automatically through the torch.backends entry point).
 
-Names of our own, not in AWS's package: is_simulated(), get_op_counts()."""
+Names of our own, not in AWS's package: is_simulated(), get_op_counts(), neff_cache_dir()."""
 
 
 def _autoload():
@@ -36,8 +36,16 @@ __all__ = [
     "reset_accumulated_memory_stats", "memory_summary", "get_fallback_ops", "get_executed_ops",
     "clear_op_tracking", "get_dynamo_metrics", "reset_dynamo_metrics", "NeuronCompilationMetrics",
     "nki_op", "wrap_nki", "NeuronProfiler", "is_neuron_runtime_initialized", "metrics",
-    "is_simulated", "get_op_counts",
+    "is_simulated", "get_op_counts", "neff_cache_dir",
 ]
+
+
+def neff_cache_dir():
+    """Where compiled programs are kept on disk: TORCH_NEURONX_NEFF_CACHE_DIR, else our per-user
+    default (AWS's package: /tmp/neff_cache, shared by every user; Note [Trusting the program
+    cache])."""
+    from torch_neuron_sim.compile import cache
+    return cache.directory()
 
 
 def is_neuron_runtime_initialized():

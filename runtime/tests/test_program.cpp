@@ -13,6 +13,7 @@
 #include "runtime/error.h"
 #include "runtime/metrics.h"
 #include "runtime/program.h"
+#include "runtime/program_cache.h"
 
 using namespace neuron_rt;
 

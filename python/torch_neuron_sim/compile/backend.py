@@ -397,6 +397,7 @@ def neuron_backend(gm, example_inputs, *, options=None, mode=None):
                    f"torch.compile(backend='neuron'): options {sorted(unknown)} are not read by the neuron backend "
                    f"(it reads {sorted(_KNOWN_OPTIONS)})")
     _check_static(gm, example_inputs)
+    passes.keep_asserts(gm)
     # One program per shape, as TorchNeuron: varying shapes recompile instead of turning symbolic.
     torch._dynamo.config.automatic_dynamic_shapes = False
     fallback = _fallback_enabled(options)

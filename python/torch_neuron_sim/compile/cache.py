@@ -1,7 +1,9 @@
 """The program cache of torch.compile(backend="neuron"), as TorchNeuron keeps its NEFFs: in
-memory, and on disk under TORCH_NEURONX_NEFF_CACHE_DIR (default /tmp/neff_cache) as
-<key[0:2]>/<key[2:4]>/<key>.neff, written atomically (runtime/program.h holds the format,
-the checks and the cache itself). TORCH_NEURONX_DISABLE_NEFF_CACHE=1 (or the C++ spelling
+memory, and on disk under TORCH_NEURONX_NEFF_CACHE_DIR as <key[0:2]>/<key[2:4]>/<key>.neff,
+written atomically (runtime/program.h holds the format and its checks, runtime/program_cache.h
+the cache). The default directory is per user (<TMPDIR or /tmp>/neff_cache_<user>), not
+TorchNeuron's shared /tmp/neff_cache, and what another user could have written is refused
+(Note [Trusting the program cache]). TORCH_NEURONX_DISABLE_NEFF_CACHE=1 (or the C++ spelling
 TORCH_NEURONX_NEFF_DISABLE_CACHE=1) turns it off: every graph is compiled.
 
 The key is computed before any pass, from what determines the program: the graph's code,
@@ -30,7 +32,8 @@ def disabled():
 
 
 def directory():
-    return os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR", "/tmp/neff_cache")
+    setting = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR")
+    return _C.ProgramCache.default_directory() if setting is None else setting
 
 
 def _report(message):

@@ -271,13 +271,10 @@ class Lowering:
                     self.node_values[node] = root if self._same_as_root(root, val) else self._view(root, val)
                 return
         args = self._schema_args(node)
-        results = list(val) if isinstance(val, (list, tuple)) else [val]
+        pairs, form = returned_values(target._schema, val, node)
         outputs = []
         mapped = []
-        returns = list(target._schema.returns)
-        if len(returns) == 1 and isinstance(returns[0].type, torch.ListType) and isinstance(val, (list, tuple)):
-            returns = returns * len(results)  # one Tensor[] return: each element is a result
-        for returned, result in zip(returns, results):
+        for returned, result in pairs:
             if not _is_tensor(result):
                 outputs.append(-1)
                 mapped.append(result)
@@ -294,7 +291,7 @@ class Lowering:
         for vid in outputs:
             if vid >= 0:
                 self.last_use.setdefault(self._root_of(vid), len(self.nodes) - 1)
-        self.node_values[node] = mapped if isinstance(val, (list, tuple)) else mapped[0]
+        self.node_values[node] = None if form == "none" else mapped if form == "many" else mapped[0]
 
     def _fused(self, root, members, leaves):
         """One neuron::pointwise node for a group (Note [Fused pointwise kernels])."""
@@ -407,6 +404,24 @@ class Lowering:
         t = v.tensor
         return {"kind": v.kind, "index": v.index, "bytes": v.bytes, "on_host": v.on_host, "dtype": dtype_code(t.dtype),
                 "sizes": list(t.shape), "strides": list(t.stride()), "offset": t.storage_offset()}
+
+
+def returned_values(schema, val, node=None):
+    """The results of a node of op `schema` whose traced value is `val`, each paired with the
+    return it belongs to, and the form of the node's own value: "none" (no return, as
+    _assert_async: the value is None), "one" (the single result's) or "many" (a list, one per
+    result; a single Tensor[] return gives one per element)."""
+    returns = list(schema.returns)
+    if not returns:
+        return [], "none"
+    many = isinstance(val, (list, tuple))
+    results = list(val) if many else [val]
+    if len(returns) == 1 and isinstance(returns[0].type, torch.ListType) and many:
+        returns = returns * len(results)
+    if len(returns) != len(results) or (len(returns) > 1 and not many):
+        where = node.format_node() if node is not None else str(schema)
+        raise LoweringError(f"{where}: {len(results)} traced result(s) for {len(returns)} return(s) of {schema.name}")
+    return list(zip(returns, results)), "many" if many else "one"
 
 
 def _coalesce(extents):

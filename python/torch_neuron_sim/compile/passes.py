@@ -16,7 +16,9 @@
 - dead code elimination (FX's own, which keeps impure nodes such as in-place writes).
 
 After the passes the graph's fake-tensor metadata is propagated again, so the lowering sees
-the dtypes and layouts the new nodes have."""
+the dtypes and layouts the new nodes have.
+
+One pass runs on Dynamo's graph, before AOTAutograd: keep_asserts."""
 import operator
 
 import torch
@@ -444,6 +446,27 @@ def seeded_ops_take_a_generator(gm):
             if with_generator is not None:
                 node.target = with_generator
                 rewritten += 1
+    if rewritten:
+        gm.recompile()
+    return rewritten
+
+
+# eager's message for a failed torch._assert_async(x) (ATen's _assert_async CPU kernel)
+_ASSERT_MESSAGE = "Expected Tensor with single nonzero value, but got zero"
+
+
+def keep_asserts(gm):
+    """torch._assert_async(x) without a message becomes aten._assert_async.default, which FX
+    does not count as a side effect (its .msg overload it does), so AOTAutograd's dead code
+    elimination drops it and a failing assert passes silently (as with Inductor). Given eager's
+    own message, it traces to the .msg overload and is kept. On Dynamo's graph; returns how
+    many calls were rewritten."""
+    rewritten = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch._assert_async and len(node.args) == 1 \
+                and "assert_msg" not in node.kwargs:
+            node.args = (node.args[0], _ASSERT_MESSAGE)
+            rewritten += 1
     if rewritten:
         gm.recompile()
     return rewritten
