@@ -2,6 +2,7 @@
 // host and device, resize/set, views, reading a scalar. Everything else is
 // computed by ATen's CPU kernels on device memory (ZeroCopy.h, Hot.cpp).
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
@@ -79,6 +80,12 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(from_device || self.device().is_cpu(), "cannot copy from ", self.device(), " to ", dst.device());
   TORCH_CHECK(to_device || dst.device().is_cpu(), "cannot copy from ", self.device(), " to ", dst.device());
   if (dst.numel() == 0) return dst;
+  // copy_'s contract, which TensorIterator checks on the CPU and CUDA (PyTorch hands a
+  // device's copies to _copy_from before building one): no element of the destination is
+  // written twice, and the destination does not partly overlap the source. Checked here, at
+  // the call, for every path below (the plain DMA copy included, and queued copies).
+  at::assert_no_internal_overlap(dst);
+  at::assert_no_partial_overlap(dst, self);
   const bool plain = self.dtype() == dst.dtype() && self.is_contiguous() && dst.is_contiguous() &&
                      self.sizes() == dst.sizes() && self.is_conj() == dst.is_conj() &&
                      self.is_neg() == dst.is_neg();

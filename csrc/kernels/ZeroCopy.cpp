@@ -1,5 +1,6 @@
 #include "ZeroCopy.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/List.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
@@ -393,6 +394,35 @@ bool mixes_widths(ForEachTensor for_each) {
   return (wide_float && narrow_float) || (wide_int && narrow_int);
 }
 
+// True when a written argument shares memory with another tensor argument. With
+// `same_view_too` false: any other view of its storage counts except the very same view (in
+// place on one tensor is fine for the overlap checks); with it true: any argument whose
+// elements may overlap the written ones, the very same view included.
+bool writes_aliased_memory(const OpPlan& plan, const c10::IValue* arguments, size_t count, bool same_view_too) {
+  for (size_t w = 0; w < count; ++w) {
+    if (!plan.is_written[w] || !arguments[w].isTensor() || !arguments[w].toTensor().defined()) continue;
+    const at::Tensor& written = arguments[w].toTensor();
+    if (!written.has_storage()) continue;
+    const auto* storage = written.storage().unsafeGetStorageImpl();
+    bool aliased = false;
+    for (size_t i = 0; i < count && !aliased; ++i) {
+      if (i == w) continue;
+      for_each_tensor(arguments[i], [&](const at::Tensor& t) {
+        if (!t.defined() || !t.has_storage() || t.storage().unsafeGetStorageImpl() != storage) return;
+        if (same_view_too) {
+          aliased = aliased || at::get_overlap_status(written, t) != at::MemOverlapStatus::No;
+          return;
+        }
+        const bool same_view = t.storage_offset() == written.storage_offset() && t.sizes() == written.sizes() &&
+                               t.strides() == written.strides();
+        aliased = aliased || !same_view;
+      });
+    }
+    if (aliased) return true;
+  }
+  return false;
+}
+
 // aten::mm of two 2-D bfloat16 host tensors whose shape takes the brgemm kernel at this
 // thread's count (Note [Small bfloat16 matmuls]; probes the shape the first time).
 bool is_small_bf16_mm(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
@@ -418,7 +448,8 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
     }
   });
   if (plan.aten && plan.on_device && !rule.exact && compute_64bit_as_32bit() &&
-      scalars_fit_32bit(args.data(), num_arguments) && !mixed) {
+      scalars_fit_32bit(args.data(), num_arguments) && !mixed &&
+      !writes_aliased_memory(plan, args.data(), num_arguments, /*same_view_too=*/true)) {
     auto narrow = [&](const at::Tensor& t) -> at::Tensor {
       if (!t.defined() || !is_64bit(t.scalar_type()) || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
       (t.scalar_type() == at::kDouble ? narrowed_float : narrowed_int) = true;
@@ -761,28 +792,6 @@ std::shared_ptr<const MetaEntry> meta_for(const OpPlan& plan, const c10::Operato
   return plan.meta.emplace(key, std::move(entry)).first->second;
 }
 
-// True when a written argument shares its storage with another tensor argument without
-// being the very same view (in place on one tensor is fine).
-bool writes_aliased_memory(const OpPlan& plan, const c10::IValue* arguments, size_t count) {
-  for (size_t w = 0; w < count; ++w) {
-    if (!plan.is_written[w] || !arguments[w].isTensor() || !arguments[w].toTensor().defined()) continue;
-    const at::Tensor& written = arguments[w].toTensor();
-    const auto* storage = written.storage().unsafeGetStorageImpl();
-    bool aliased = false;
-    for (size_t i = 0; i < count && !aliased; ++i) {
-      if (i == w) continue;
-      for_each_tensor(arguments[i], [&](const at::Tensor& t) {
-        if (!t.defined() || !t.has_storage() || t.storage().unsafeGetStorageImpl() != storage) return;
-        const bool same_view = t.storage_offset() == written.storage_offset() && t.sizes() == written.sizes() &&
-                               t.strides() == written.strides();
-        aliased = aliased || !same_view;
-      });
-    }
-    if (aliased) return true;
-  }
-  return false;
-}
-
 // True when the results of an inline run (on the stack from `begin`) are what `meta` said.
 bool matches_meta(const OpPlan& plan, const MetaEntry& meta, const torch::jit::Stack& stack, size_t begin) {
   size_t m = 0;
@@ -933,7 +942,7 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     // the streams' workers run, which varies); so do ops writing an argument that shares
     // memory with another (the CPU kernel's overlap checks must raise at the call).
     std::shared_ptr<const MetaEntry> meta;
-    if (plan.aten && plan.tensor_returns && !plan.random && !writes_aliased_memory(plan, arguments, num_arguments)) {
+    if (plan.aten && plan.tensor_returns && !plan.random && !writes_aliased_memory(plan, arguments, num_arguments, /*same_view_too=*/false)) {
       meta = meta_for(plan, op, arguments, num_arguments);
     }
     if (meta && meta->queueable) {
