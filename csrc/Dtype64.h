@@ -16,8 +16,12 @@
 //    tensor) would wrap; such a call runs in 64 bits.
 //  - Outputs typed on request (a `dtype=` or `out_int32=` argument) are not widened.
 //  - When a kernel refuses the 32-bit form (raises), the call runs again in 64 bits.
-//  - A call mixing a 64-bit and a 32-bit operand of one kind (float64 and float32, int64 and
-//    int32; Python numbers aside) runs in 64 bits: narrowing would make the two dtypes equal,
+//  - Results keep the dtype the 64-bit call gives: a float32 result of narrowed float64
+//    operands becomes float64, an int32 one of narrowed int64 operands int64, and a complex64
+//    one of narrowed float64 operands complex128 (a float64 tensor times a complex Python
+//    number or a complex128 tensor is complex128, as on the CPU).
+//  - A call mixing a 64-bit and a 32-bit operand of one kind (float64 and float32 or
+//    complex64, int64 and int32; Python numbers aside) runs in 64 bits: narrowing would make the two dtypes equal,
 //    hiding the kernel's dtype checks (mm of float64 and float32 raises, as on the CPU) and
 //    its type promotion (a float32 tensor and a 0-dim float64 one make float32; an
 //    accelerator kernel's float32 output stays float32 with float64 weights, as on CUDA).
@@ -43,8 +47,13 @@ inline bool is_64bit(at::ScalarType type) { return type == at::kDouble || type =
 inline at::ScalarType narrow_64bit(at::ScalarType type) {
   return type == at::kDouble ? at::kFloat : type == at::kLong ? at::kInt : type;
 }
-inline at::ScalarType widen_32bit(at::ScalarType type) {
-  return type == at::kFloat ? at::kDouble : type == at::kInt ? at::kLong : type;
+// The dtype a result of a narrowed call takes back (see above); `narrowed_float` /
+// `narrowed_int`: whether float64 / int64 operands were narrowed.
+inline at::ScalarType widened_result(at::ScalarType type, bool narrowed_float, bool narrowed_int) {
+  if (narrowed_float && type == at::kFloat) return at::kDouble;
+  if (narrowed_float && type == at::kComplexFloat) return at::kComplexDouble;
+  if (narrowed_int && type == at::kInt) return at::kLong;
+  return type;
 }
 
 // The rule for one op, computed once per schema.

@@ -2,15 +2,13 @@
 overlapping views, out= arguments that alias an input. Every case runs on the CPU and on
 neuron: both raise the same error, or both leave the same values. The kernels with a path of
 their own (the plain device copy, the hot ops' direct calls, the 64-bit narrowing, the queue)
-are each reached by some case; test_aliasing_in_asynchronous_mode runs the file again with
+are each reached by some case; test_aliasing_with_every_op_queued runs the file again with
 every op queued."""
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch_neuronx  # noqa: F401
+
+from conftest import QUEUED_RUN, every_op_queued
 
 OVERLAP_ERROR = "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location"
 DTYPES = [torch.float32, torch.int64, torch.float64]
@@ -133,11 +131,6 @@ def test_64bit_operands_sharing_memory_keep_the_cpus_checks():
     assert big.cpu().tolist() == [2**31 - 1, 1, -2, 2]
 
 
-@pytest.mark.skipif(os.environ.get("NEURON_LAUNCH_BLOCKING") == "0",
-                    reason="this run is the asynchronous one")
-def test_aliasing_in_asynchronous_mode():
-    env = dict(os.environ, NEURON_LAUNCH_BLOCKING="0", NEURON_SIM_INLINE_BYTES="0")
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-                            env=env, capture_output=True, text=True, timeout=600,
-                            cwd=os.path.dirname(os.path.abspath(__file__)))
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+@pytest.mark.skipif(QUEUED_RUN, reason="this is the run with every op queued")
+def test_aliasing_with_every_op_queued():
+    every_op_queued(__file__)

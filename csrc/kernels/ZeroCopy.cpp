@@ -375,11 +375,11 @@ void for_each_tensor(const c10::IValue& value, Fn fn) {
 // ---- running the CPU kernel on host views ----------------------------------------------------
 
 // True when the tensors `for_each(fn)` visits mix a 64-bit tensor with a 32-bit one of the
-// same kind (float64 and float32, int64 and int32; wrapped Python numbers aside): narrowing
-// would make their dtypes equal, hiding the kernel's dtype checks (mm's "expected m1 and m2 to
-// have the same dtype") and its type promotion (a float32 tensor and a 0-dim float64 one make
-// float32, which the widening would turn into float64). Such a call runs in 64 bits (Note
-// [64-bit as 32-bit]).
+// same kind (float64 and float32 or complex64, int64 and int32; wrapped Python numbers aside):
+// narrowing would make their dtypes equal, hiding the kernel's dtype checks (mm's "expected m1
+// and m2 to have the same dtype") and its type promotion (a float32 tensor and a 0-dim float64
+// one make float32, which the widening would turn into float64; a complex64 tensor and a 0-dim
+// float64 one make complex64). Such a call runs in 64 bits (Note [64-bit as 32-bit]).
 template <typename ForEachTensor>
 bool mixes_widths(ForEachTensor for_each) {
   bool wide_float = false, wide_int = false, narrow_float = false, narrow_int = false;
@@ -388,7 +388,7 @@ bool mixes_widths(ForEachTensor for_each) {
     const auto type = t.scalar_type();
     wide_float |= type == at::kDouble;
     wide_int |= type == at::kLong;
-    narrow_float |= type == at::kFloat;
+    narrow_float |= type == at::kFloat || type == at::kComplexFloat;
     narrow_int |= type == at::kInt;
   });
   return (wide_float && narrow_float) || (wide_int && narrow_int);
@@ -525,10 +525,8 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
   const bool requested = typed_on_request(rule, wide.empty() ? args.data() : wide.data(), num_arguments);
   auto widen = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined() || requested) return t;
-    if ((narrowed_float && t.scalar_type() == at::kFloat) || (narrowed_int && t.scalar_type() == at::kInt)) {
-      return t.to(widen_32bit(t.scalar_type()));
-    }
-    return t;
+    const at::ScalarType type = widened_result(t.scalar_type(), narrowed_float, narrowed_int);
+    return type == t.scalar_type() ? t : t.to(type);
   };
   // Results: written arguments come back as the wide views; fresh results are widened.
   for (size_t r = 0; r < stack.size(); ++r) {
@@ -1032,9 +1030,9 @@ TensorBody narrowed_body(const TensorBody& body) {
     }
     std::vector<at::Tensor> results = body(narrow);
     for (at::Tensor& r : results) {
-      if (r.defined() && ((narrowed_float && r.scalar_type() == at::kFloat) || (narrowed_int && r.scalar_type() == at::kInt))) {
-        r = r.to(widen_32bit(r.scalar_type()));
-      }
+      if (!r.defined()) continue;
+      const at::ScalarType type = widened_result(r.scalar_type(), narrowed_float, narrowed_int);
+      if (type != r.scalar_type()) r = r.to(type);
     }
     return results;
   };
