@@ -87,6 +87,7 @@ c10::Storage device_storage_for(const c10::Storage& cpu_storage, c10::DeviceInde
 
 at::Tensor adopt_output(const at::Tensor& cpu, c10::DeviceIndex device) {
   if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
+  check_device_can_hold(cpu);
   return wrap_storage(device_storage_for(cpu.storage(), device), cpu);
 }
 
@@ -178,6 +179,7 @@ void sync_resized(std::pair<c10::Storage, c10::Storage>& entry, c10::DeviceIndex
 
 at::Tensor HostCall::to_device(const at::Tensor& cpu) {
   if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
+  check_device_can_hold(cpu);
   auto* storage = cpu.storage().unsafeGetStorageImpl();
   for (auto& entry : views) {
     if (entry.first.unsafeGetStorageImpl() == storage) {
@@ -756,6 +758,12 @@ MetaEntry compute_meta(const OpPlan& plan, const c10::OperatorHandle& op, const 
   }
   for (size_t r = 0; r < stack.size(); ++r) {
     if (plan.write_alias_of[r] >= 0) continue;
+    bool holdable = true;  // a result the device cannot hold is refused inline (check_device_can_hold)
+    for_each_tensor(stack[r], [&](const at::Tensor& t) {
+      holdable = holdable && (!t.defined() || (!t.is_quantized() && !c10::isQIntType(t.scalar_type()) &&
+                                               t.layout() == at::kStrided));
+    });
+    if (!holdable) return entry;
     if (stack[r].isTensor()) {
       entry.outputs.push_back({meta_of(stack[r].toTensor())});
       entry.output_is_list.push_back(false);
