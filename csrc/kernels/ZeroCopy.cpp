@@ -253,6 +253,7 @@ struct OpPlan {
   bool random = false;             // takes a generator
   std::vector<int> write_alias_of; // per return: argument it writes and returns, or -1
   const Narrowing* narrowing = nullptr;
+  Width64Calls* width64 = nullptr;  // how its calls with 64-bit values were computed
   mutable std::shared_mutex meta_mutex;
   mutable std::unordered_map<std::vector<int64_t>, std::shared_ptr<const MetaEntry>, SignatureHash> meta;
   // Per dtype signature: whether a call may be queued, decided on the first call (run
@@ -290,6 +291,7 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   plan->aten = name.name.rfind("aten::", 0) == 0;
   plan->on_device = tracked_op(op).on_device();
   plan->narrowing = &narrowing_for(*schema);
+  plan->width64 = &width64_calls(plan->name);
   const auto& arguments = schema->arguments();
   for (const auto& argument : arguments) {
     auto type = argument.real_type();
@@ -444,14 +446,37 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
   const Narrowing& rule = *plan.narrowing;
   bool narrowed_float = false, narrowed_int = false;
   torch::jit::Stack wide;  // the arguments before narrowing, when narrowed
-  const bool mixed = mixes_widths([&](const auto& fn) {
-    for (size_t i = 0; i < num_arguments; ++i) {
-      if (rule.value_argument[i]) for_each_tensor(args[i], fn);
-    }
-  });
-  if (plan.aten && plan.on_device && !rule.exact && compute_64bit_as_32bit() &&
-      scalars_fit_32bit(args.data(), num_arguments) && !mixed &&
-      !writes_aliased_memory(plan, args.data(), num_arguments, /*same_view_too=*/true)) {
+  // Whether the call has 64-bit values, and then whether it narrows them or why it does not.
+  bool has_64bit_values = false;
+  for (size_t i = 0; i < num_arguments && !has_64bit_values; ++i) {
+    if (rule.index_argument[i]) continue;
+    for_each_tensor(args[i], [&](const at::Tensor& t) {
+      has_64bit_values = has_64bit_values || (t.defined() && is_64bit(t.scalar_type()) &&
+                                              !t.unsafeGetTensorImpl()->is_wrapped_number());
+    });
+  }
+  Width64 how = Width64::k32Bit;
+  if (!has_64bit_values) {
+  } else if (!compute_64bit_as_32bit()) {
+    how = Width64::kNative;
+  } else if (!plan.aten) {
+    how = Width64::kNotAten;
+  } else if (rule.exact) {
+    how = Width64::kDataMovement;
+  } else if (!plan.on_device) {
+    how = Width64::kOnCpu;
+  } else if (mixes_widths([&](const auto& fn) {
+               for (size_t i = 0; i < num_arguments; ++i) {
+                 if (rule.value_argument[i]) for_each_tensor(args[i], fn);
+               }
+             })) {
+    how = Width64::kMixedWidths;
+  } else if (!scalars_fit_32bit(args.data(), num_arguments)) {
+    how = Width64::kLargeScalar;
+  } else if (writes_aliased_memory(plan, args.data(), num_arguments, /*same_view_too=*/true)) {
+    how = Width64::kAliased;
+  }
+  if (has_64bit_values && how == Width64::k32Bit) {
     auto narrow = [&](const at::Tensor& t) -> at::Tensor {
       if (!t.defined() || !is_64bit(t.scalar_type()) || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
       (t.scalar_type() == at::kDouble ? narrowed_float : narrowed_int) = true;
@@ -507,6 +532,7 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
     } catch (const c10::Error&) {
       // the 32-bit form is refused: compute in 64 bits (nothing was written yet: written
       // arguments are narrowed copies)
+      how = Width64::kRefused;
       stack = wide;
       wide.clear();
       narrowed_float = narrowed_int = false;
@@ -514,6 +540,7 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
     }
   }
+  if (has_64bit_values) plan.width64->count(how);
   // Written arguments given narrowed copies: copy the results back into the 64-bit views.
   for (auto& [index, given] : written) {
     if (wide.empty()) break;
@@ -1066,6 +1093,12 @@ std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tenso
     signature += t.defined() ? "|" + std::string(c10::toString(t.scalar_type())) : "|-";
   }
   const TensorBody body = wide && compute_64bit_as_32bit() ? narrowed_body(given) : given;
+  if (wide) {
+    const bool mixed = mixes_widths([&](const auto& fn) { std::for_each(inputs.begin(), inputs.end(), fn); });
+    width64_calls(name).count(!compute_64bit_as_32bit() ? Width64::kNative
+                              : mixed                   ? Width64::kMixedWidths
+                                                        : Width64::k32Bit);
+  }
   const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(runtime().current_device());
   // The outputs' metadata, for a queued kernel: the body run on meta tensors (not cached by
   // operand sizes: what a body captures, a convolution's padding, a histogram's bins, also
