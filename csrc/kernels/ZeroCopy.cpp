@@ -1,6 +1,7 @@
 #include "ZeroCopy.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/NestedTensorImpl.h>
 #include <ATen/core/List.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
@@ -143,6 +144,12 @@ c10::DeviceIndex run_here_on(c10::DeviceIndex device) {
 
 at::Tensor HostCall::to_host(const at::Tensor& tensor) {
   if (!tensor.defined() || tensor.device().type() != kNeuron) return tensor;
+  if (tensor.is_nested()) {  // Note [Nested tensors]: a CPU nested tensor over a host view of its buffer
+    const auto* nested = at::native::get_nested_tensor_impl(tensor);
+    return at::detail::make_tensor<at::native::NestedTensorImpl>(
+        to_host(nested->get_unsafe_storage_as_tensor()), nested->get_nested_sizes(), nested->get_nested_strides(),
+        nested->get_storage_offsets());
+  }
   for (auto& entry : views) {
     if (entry.second.unsafeGetStorageImpl() == tensor.storage().unsafeGetStorageImpl()) {
       return tensor_over(entry.first, c10::DispatchKey::CPU, tensor);  // one view storage per device storage
@@ -179,6 +186,12 @@ void sync_resized(std::pair<c10::Storage, c10::Storage>& entry, c10::DeviceIndex
 
 at::Tensor HostCall::to_device(const at::Tensor& cpu) {
   if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
+  if (cpu.is_nested()) {  // Note [Nested tensors]: its buffer comes back, its metadata is kept
+    const auto* nested = at::native::get_nested_tensor_impl(cpu);
+    return at::detail::make_tensor<at::native::NestedTensorImpl>(
+        to_device(nested->get_unsafe_storage_as_tensor()), nested->get_nested_sizes(), nested->get_nested_strides(),
+        nested->get_storage_offsets());
+  }
   check_device_can_hold(cpu);
   auto* storage = cpu.storage().unsafeGetStorageImpl();
   for (auto& entry : views) {
@@ -195,7 +208,7 @@ at::Tensor HostCall::to_device(const at::Tensor& cpu) {
 }
 
 void HostCall::sync_argument(const at::Tensor& original, const at::Tensor& view) {
-  if (!original.defined() || original.device().type() != kNeuron) return;
+  if (!original.defined() || original.device().type() != kNeuron || original.is_nested()) return;
   for (auto& entry : views) {
     if (entry.second.unsafeGetStorageImpl() == original.storage().unsafeGetStorageImpl()) {
       sync_resized(entry, device);
@@ -446,9 +459,15 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
   const Narrowing& rule = *plan.narrowing;
   bool narrowed_float = false, narrowed_int = false;
   torch::jit::Stack wide;  // the arguments before narrowing, when narrowed
+  // Note [Nested tensors]: nested arguments take the CPU's nested kernels, as they are.
+  bool has_nested = false;
+  for (size_t i = 0; i < num_arguments; ++i) {
+    for_each_tensor(args[i], [&](const at::Tensor& t) { has_nested = has_nested || (t.defined() && t.is_nested()); });
+  }
+  const c10::DispatchKeySet cpu_kernel(has_nested ? c10::DispatchKey::NestedTensorCPU : c10::DispatchKey::CPU);
   // Whether the call has 64-bit values, and then whether it narrows them or why it does not.
   bool has_64bit_values = false;
-  for (size_t i = 0; i < num_arguments && !has_64bit_values; ++i) {
+  for (size_t i = 0; i < num_arguments && !has_64bit_values && !has_nested; ++i) {
     if (rule.index_argument[i]) continue;
     for_each_tensor(args[i], [&](const at::Tensor& t) {
       has_64bit_values = has_64bit_values || (t.defined() && is_64bit(t.scalar_type()) &&
@@ -523,10 +542,10 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
     stack.clear();
     stack.emplace_back(std::move(out));
   } else if (wide.empty()) {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+    op.redispatchBoxed(cpu_kernel, &stack);
   } else {
     try {
-      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+      op.redispatchBoxed(cpu_kernel, &stack);
     } catch (const c10::OutOfMemoryError&) {
       throw;
     } catch (const c10::Error&) {
@@ -537,7 +556,7 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
       wide.clear();
       narrowed_float = narrowed_int = false;
       for (auto& entry : written) entry.second = stack[entry.first].toTensor();
-      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+      op.redispatchBoxed(cpu_kernel, &stack);
     }
   }
   if (has_64bit_values) plan.width64->count(how);
@@ -949,12 +968,19 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // An op without a CPU kernel (PyTorch implements some for accelerators only: Note
   // [Accelerator-only ops] in AcceleratorOnly.cpp) has nothing for this path to run: say so,
   // rather than the dispatcher's message about the 'CPU' backend.
-  TORCH_CHECK_NOT_IMPLEMENTED(op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU), "Could not run '",
+  const size_t num_arguments = op.schema().arguments().size();
+  const size_t begin = stack->size() - num_arguments;
+  // Note [Nested tensors]: nested arguments take the CPU's nested kernels.
+  bool nested = false;
+  for (size_t i = 0; i < num_arguments; ++i) {
+    for_each_tensor((*stack)[begin + i], [&](const at::Tensor& t) { nested = nested || (t.defined() && t.is_nested()); });
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(op.hasComputedKernelForDispatchKey(nested ? c10::DispatchKey::NestedTensorCPU
+                                                                        : c10::DispatchKey::CPU),
+                              "Could not run '",
                               plan.name, "' on the neuron device: it has no neuron kernel, and no CPU kernel for the ",
                               "simulated device to compute with (PyTorch implements it for other devices only, ",
                               "e.g. CUDA). See COVERAGE.md, \"Accelerator-only ops\".");
-  const size_t num_arguments = op.schema().arguments().size();
-  const size_t begin = stack->size() - num_arguments;
   DeviceCheck check;
   for (size_t i = 0; i < num_arguments; ++i) {
     const c10::IValue& value = (*stack)[begin + i];
@@ -970,6 +996,8 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (asynchronous()) {
     // A view reads no data: no need to wait for the stream.
     if (plan.view) return run_inline(plan, op, stack, begin, device, /*drain=*/false);
+    // Note [Nested tensors]: no meta kernels to describe them ahead; they run at the call.
+    if (nested) return run_inline(plan, op, stack, begin, device, /*drain=*/true);
     const c10::IValue* arguments = stack->data() + begin;
     // Random ops run at the call, in program order (a queued draw would happen in the order
     // the streams' workers run, which varies); so do ops writing an argument that shares
