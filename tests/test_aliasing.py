@@ -84,6 +84,13 @@ CASES = {
 }
 
 
+# Kernels whose result on aliased memory depends on the width they compute in: on the CPU, mm,
+# bmm and addmm with out= one of their inputs give other values in int32 than in int64 (the
+# int64 path computes into a copy). The device computes int64 in 32 bits (Note [64-bit as
+# 32-bit]), one narrowed copy per view, so it matches the CPU's int32 kernel there.
+WIDTH_DEPENDENT = {"mm out=input", "bmm out=input", "addmm out=input"}
+
+
 def outcome(device, dtype, make, call):
     """('raised', first line of the message) or ('values', the operand on the CPU)."""
     x = make(device, dtype)
@@ -98,7 +105,11 @@ def outcome(device, dtype, make, call):
 @pytest.mark.parametrize("name", list(CASES))
 def test_aliased_writes_match_the_cpu(name, dtype):
     make, call = CASES[name]
-    expected = outcome("cpu", dtype, make, call)
+    if name in WIDTH_DEPENDENT and dtype == torch.int64:
+        kind, values = outcome("cpu", torch.int32, make, call)
+        expected = (kind, values.to(torch.int64) if kind == "values" else values)
+    else:
+        expected = outcome("cpu", dtype, make, call)
     got = outcome("neuron", dtype, make, call)
     assert got[0] == expected[0], f"cpu {expected}, neuron {got}"
     if expected[0] == "raised":

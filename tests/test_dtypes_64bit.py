@@ -209,3 +209,34 @@ def test_width64_counts_say_how_each_call_was_computed():
     assert counts["aten::sort.values_stable"] == {"on the CPU in TorchNeuron": 1}
     assert counts["aten::add.Tensor"] == {"scalar beyond 32 bits": 1}
     assert not any("cat" in op for op in counts)
+
+
+def test_in_place_and_out_forms_wrap_as_the_functional_form():
+    # a written argument that is the same view as an input (x.add_(x), out=x) shares one
+    # narrowed copy with it; only operands overlapping in part run in 64 bits (test_aliasing.py)
+    big = [2**31 - 1, 5]
+    x = torch.tensor(big, device="neuron")
+    want = (x + x).cpu()
+    assert want.tolist() == [-2, 10]
+    y = x.clone()
+    y.add_(y)
+    assert y.cpu().tolist() == want.tolist()
+    z = x.clone()
+    torch.add(z, z, out=z)
+    assert z.cpu().tolist() == want.tolist()
+    w = x.clone()
+    w.add_(1)
+    assert w.cpu().tolist() == [-(2**31), 6]
+
+
+def test_int64_convolution_the_cpu_computes_only_in_64_bits():
+    # the CPU's dilated and transposed convolutions have no int32 kernel: the narrowed form is
+    # refused and the call runs in 64 bits (counted as such), as on the generic path
+    import torch.nn.functional as F
+    from torch_neuron_sim import _C
+    x = torch.arange(2 * 2 * 7).reshape(2, 2, 7) % 5
+    w = torch.arange(3 * 2 * 3).reshape(3, 2, 3) % 4
+    _C.clear_width64_counts()
+    got = F.conv1d(x.to("neuron"), w.to("neuron"), dilation=2)
+    assert torch.equal(got.cpu(), F.conv1d(x, w, dilation=2))
+    assert _C.width64_counts()["aten::convolution"] == {"32-bit form refused": 1}

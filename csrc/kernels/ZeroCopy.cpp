@@ -411,11 +411,13 @@ bool mixes_widths(ForEachTensor for_each) {
   return (wide_float && narrow_float) || (wide_int && narrow_int);
 }
 
-// True when a written argument shares memory with another tensor argument. With
-// `same_view_too` false: any other view of its storage counts except the very same view (in
-// place on one tensor is fine for the overlap checks); with it true: any argument whose
-// elements may overlap the written ones, the very same view included.
-bool writes_aliased_memory(const OpPlan& plan, const c10::IValue* arguments, size_t count, bool same_view_too) {
+// Which sharing of memory between a written argument and another tensor argument counts.
+enum class Sharing {
+  kOtherView,  // any other view of its storage (the very same view is fine: in place on one tensor)
+  kPartial,    // elements that may overlap without being the same view (partial or too hard to tell)
+};
+// True when a written argument shares memory with another tensor argument, as `sharing` says.
+bool writes_aliased_memory(const OpPlan& plan, const c10::IValue* arguments, size_t count, Sharing sharing) {
   for (size_t w = 0; w < count; ++w) {
     if (!plan.is_written[w] || !arguments[w].isTensor() || !arguments[w].toTensor().defined()) continue;
     const at::Tensor& written = arguments[w].toTensor();
@@ -426,8 +428,9 @@ bool writes_aliased_memory(const OpPlan& plan, const c10::IValue* arguments, siz
       if (i == w) continue;
       for_each_tensor(arguments[i], [&](const at::Tensor& t) {
         if (!t.defined() || !t.has_storage() || t.storage().unsafeGetStorageImpl() != storage) return;
-        if (same_view_too) {
-          aliased = aliased || at::get_overlap_status(written, t) != at::MemOverlapStatus::No;
+        if (sharing == Sharing::kPartial) {
+          const auto status = at::get_overlap_status(written, t);
+          aliased = aliased || status == at::MemOverlapStatus::Partial || status == at::MemOverlapStatus::TooHard;
           return;
         }
         const bool same_view = t.storage_offset() == written.storage_offset() && t.sizes() == written.sizes() &&
@@ -492,14 +495,23 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
     how = Width64::kMixedWidths;
   } else if (!scalars_fit_32bit(args.data(), num_arguments)) {
     how = Width64::kLargeScalar;
-  } else if (writes_aliased_memory(plan, args.data(), num_arguments, /*same_view_too=*/true)) {
+  } else if (writes_aliased_memory(plan, args.data(), num_arguments, Sharing::kPartial)) {
     how = Width64::kAliased;
   }
   if (has_64bit_values && how == Width64::k32Bit) {
+    // One narrowed copy per view: arguments that are the same view of memory (in place,
+    // out= one of the inputs) stay one tensor, so the kernel sees them alias as on the CPU.
+    std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (view, its narrowed copy)
     auto narrow = [&](const at::Tensor& t) -> at::Tensor {
       if (!t.defined() || !is_64bit(t.scalar_type()) || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
       (t.scalar_type() == at::kDouble ? narrowed_float : narrowed_int) = true;
-      return t.to(narrow_64bit(t.scalar_type()));
+      for (const auto& [view, copy] : copies) {
+        if (at::get_overlap_status(view, t) == at::MemOverlapStatus::Full && view.scalar_type() == t.scalar_type()) {
+          return copy;
+        }
+      }
+      copies.emplace_back(t, t.to(narrow_64bit(t.scalar_type())));
+      return copies.back().second;
     };
     for (size_t i = 0; i < num_arguments; ++i) {
       if (!rule.value_argument[i]) continue;
@@ -1003,7 +1015,7 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     // the streams' workers run, which varies); so do ops writing an argument that shares
     // memory with another (the CPU kernel's overlap checks must raise at the call).
     std::shared_ptr<const MetaEntry> meta;
-    if (plan.aten && plan.tensor_returns && !plan.random && !writes_aliased_memory(plan, arguments, num_arguments, /*same_view_too=*/false)) {
+    if (plan.aten && plan.tensor_returns && !plan.random && !writes_aliased_memory(plan, arguments, num_arguments, Sharing::kOtherView)) {
       meta = meta_for(plan, op, arguments, num_arguments);
     }
     if (meta && meta->queueable) {
@@ -1077,10 +1089,16 @@ namespace {
 // Note [64-bit as 32-bit] for a kernel body: 32-bit copies of its 64-bit inputs in, its 32-bit
 // results widened back (the body is also run on meta tensors, where this works alike). Inputs
 // mixing widths run as they are, in 64 bits: the body's own rules then give each result its
-// dtype (batch_norm_elemt's output stays float32 with float64 weights, as on CUDA).
-TensorBody narrowed_body(const TensorBody& body) {
-  return [body](const std::vector<at::Tensor>& inputs) {
-    if (mixes_widths([&](const auto& fn) { std::for_each(inputs.begin(), inputs.end(), fn); })) return body(inputs);
+// dtype (batch_norm_elemt's output stays float32 with float64 weights, as on CUDA); so does a
+// call whose 32-bit form the kernel refuses (the CPU's int64 convolution has no int32 form).
+// Calls on real data are counted in `calls`.
+TensorBody narrowed_body(const TensorBody& body, Width64Calls* calls) {
+  return [body, calls](const std::vector<at::Tensor>& inputs) {
+    const bool real = std::none_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.is_meta(); });
+    if (mixes_widths([&](const auto& fn) { std::for_each(inputs.begin(), inputs.end(), fn); })) {
+      if (real) calls->count(Width64::kMixedWidths);
+      return body(inputs);
+    }
     bool narrowed_float = false, narrowed_int = false;
     std::vector<at::Tensor> narrow;
     for (const at::Tensor& t : inputs) {
@@ -1091,7 +1109,16 @@ TensorBody narrowed_body(const TensorBody& body) {
         narrow.push_back(t);
       }
     }
-    std::vector<at::Tensor> results = body(narrow);
+    std::vector<at::Tensor> results;
+    try {
+      results = body(narrow);
+    } catch (const c10::OutOfMemoryError&) {
+      throw;
+    } catch (const c10::Error&) {
+      if (real) calls->count(Width64::kRefused);
+      return body(inputs);
+    }
+    if (real) calls->count(Width64::k32Bit);
     for (at::Tensor& r : results) {
       if (!r.defined()) continue;
       const at::ScalarType type = widened_result(r.scalar_type(), narrowed_float, narrowed_int);
@@ -1120,13 +1147,9 @@ std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tenso
     wide = wide || (t.defined() && is_64bit(t.scalar_type()));
     signature += t.defined() ? "|" + std::string(c10::toString(t.scalar_type())) : "|-";
   }
-  const TensorBody body = wide && compute_64bit_as_32bit() ? narrowed_body(given) : given;
-  if (wide) {
-    const bool mixed = mixes_widths([&](const auto& fn) { std::for_each(inputs.begin(), inputs.end(), fn); });
-    width64_calls(name).count(!compute_64bit_as_32bit() ? Width64::kNative
-                              : mixed                   ? Width64::kMixedWidths
-                                                        : Width64::k32Bit);
-  }
+  const bool narrowing = wide && compute_64bit_as_32bit();
+  if (wide && !narrowing) width64_calls(name).count(Width64::kNative);
+  const TensorBody body = narrowing ? narrowed_body(given, &width64_calls(name)) : given;
   const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(runtime().current_device());
   // The outputs' metadata, for a queued kernel: the body run on meta tensors (not cached by
   // operand sizes: what a body captures, a convolution's padding, a histogram's bins, also
