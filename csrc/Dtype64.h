@@ -26,9 +26,10 @@
 //    hiding the kernel's dtype checks (mm of float64 and float32 raises, as on the CPU) and
 //    its type promotion (a float32 tensor and a 0-dim float64 one make float32; an
 //    accelerator kernel's float32 output stays float32 with float64 weights, as on CUDA).
-//  - A call writing an argument whose memory may overlap another operand's (in place on
-//    itself included) runs in 64 bits: narrowed copies share no memory, which would hide the
-//    kernel's overlap checks and change what it computes on aliased memory.
+//  - Operands that are the same view of memory (in place, out= an input) share one narrowed
+//    copy, so the kernel sees them alias as on the CPU. A call writing an argument that
+//    overlaps another operand in part runs in 64 bits: narrowed copies share no memory, which
+//    would hide the kernel's overlap checks.
 #pragma once
 
 #include <ATen/core/function_schema.h>
