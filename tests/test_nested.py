@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 import torch_neuronx  # noqa: F401
 
-from conftest import QUEUED_RUN, every_op_queued
+from conftest import QUEUED_RUN, every_op_queued, run_python
 
 warnings.filterwarnings("ignore", message=".*nested tensors is in prototype stage.*")
 
@@ -145,6 +145,25 @@ def test_jagged_tensor_moves_and_goes_through_linear():
     want = linear(a)
     got = on("neuron", linear)(a.to("neuron"))
     same(got, want)
+
+
+def test_nested_metadata_stays_in_host_memory():
+    # the CPU's nested kernels allocate their outputs' sizes/strides/offsets under the
+    # allocation redirect; kept in device memory, the host's later reads faulted under
+    # NEURON_SIM_MEMORY_GUARD=1 (device memory closed outside kernels)
+    code = (
+        "import torch, torch_neuronx, warnings\n"
+        "warnings.simplefilter('ignore')\n"
+        "layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)\n"
+        "encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval().to('neuron')\n"
+        "x = torch.randn(2, 5, 8, device='neuron')\n"
+        "mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2], device='neuron')\n"
+        "with torch.no_grad():\n"
+        "    out = encoder(x, src_key_padding_mask=mask)\n"
+        "print(tuple(out.shape), bool(out.isfinite().all()))\n")
+    result = run_python(code, env={"NEURON_SIM_MEMORY_GUARD": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["(2,", "5,", "8)", "True"]
 
 
 @pytest.mark.skipif(QUEUED_RUN, reason="this is the run with every op queued")

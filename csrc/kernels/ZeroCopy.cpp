@@ -184,13 +184,35 @@ void sync_resized(std::pair<c10::Storage, c10::Storage>& entry, c10::DeviceIndex
 }
 }  // namespace
 
+namespace {
+// Makes `t`, a CPU tensor, hold host memory: a kernel's CPU allocations under the redirect
+// come from device memory, which metadata the host keeps reading must not (Note [Memory
+// guard] closes it outside kernels). Tensors in host memory are returned as they are.
+const at::Tensor& in_host_memory(const at::Tensor& t) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  c10::DataPtr data = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+  neuron_rt::BufferRef buffer = take_redirected(data);
+  if (!buffer) {
+    impl->set_data_ptr_noswap(std::move(data));
+    return t;
+  }
+  const size_t nbytes = impl->nbytes();
+  c10::DataPtr host = redirecting_cpu_allocator()->allocate(nbytes);  // no redirect here: host memory
+  neuron_rt::GuardScope scope;
+  scope.add(buffer.get());
+  if (nbytes) std::memcpy(host.get(), buffer->data(), nbytes);
+  impl->set_data_ptr_noswap(std::move(host));
+  return t;
+}
+}  // namespace
+
 at::Tensor HostCall::to_device(const at::Tensor& cpu) {
   if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
-  if (cpu.is_nested()) {  // Note [Nested tensors]: its buffer comes back, its metadata is kept
+  if (cpu.is_nested()) {  // Note [Nested tensors]: its buffer comes back, its metadata stays on the host
     const auto* nested = at::native::get_nested_tensor_impl(cpu);
     return at::detail::make_tensor<at::native::NestedTensorImpl>(
-        to_device(nested->get_unsafe_storage_as_tensor()), nested->get_nested_sizes(), nested->get_nested_strides(),
-        nested->get_storage_offsets());
+        to_device(nested->get_unsafe_storage_as_tensor()), in_host_memory(nested->get_nested_sizes()),
+        in_host_memory(nested->get_nested_strides()), in_host_memory(nested->get_storage_offsets()));
   }
   check_device_can_hold(cpu);
   auto* storage = cpu.storage().unsafeGetStorageImpl();
