@@ -52,6 +52,12 @@ Rules (also written into COVERAGE.md):
   64 bits: if it then passes, the difference is not a failure but its own class, `64-bit`
   (values that need more than 32 bits): what a script moved to the device would meet.
   With NEURON_SIM_NATIVE_64BIT=1 neither applies.
+- 64-bit values, op by op: for the float64 and int64 pairs, the device counts how each of
+  its calls with 64-bit values was computed (`_C.width64_counts()`: in 32 bits, or exactly
+  and why: data movement, an op TorchNeuron runs on the CPU, mixed widths, a scalar beyond
+  32 bits, aliased operands, a kernel refusing the 32-bit form). COVERAGE.md's 64-bit
+  column gives, per OpInfo, the ATen ops it reached in each class, and lists every ATen op
+  seen so. The reruns in 64 bits above are not counted.
 - Asynchronous mode: with `--async-too` the whole sweep runs a second time with
   NEURON_LAUNCH_BLOCKING=0 (kernels queued on the stream, Note [Asynchronous kernels]); the
   report lists every pair whose status differs between the two modes.
@@ -252,6 +258,8 @@ class PairResult:
     out: VariantResult = dataclasses.field(default_factory=VariantResult)
     grad: VariantResult = dataclasses.field(default_factory=VariantResult)
     seconds: float = 0.0
+    # float64 / int64 pairs: ATen op -> {how its calls with 64-bit values were computed: count}
+    width64: dict = dataclasses.field(default_factory=dict)
 
     def variants(self):
         return [(name, getattr(self, name)) for name in VARIANTS]
@@ -287,6 +295,7 @@ class PairResult:
     @classmethod
     def from_json(cls, data):
         data = dict(data)
+        data.setdefault("width64", {})
         for name in VARIANTS:
             data[name].setdefault("wide", 0)
             data[name] = VariantResult(**data[name])
@@ -763,6 +772,56 @@ def _record(variant: VariantResult, index: int, run: Callable, on_stage=None, na
         variant.record_not_run(f"sample {index}: {message}")
 
 
+# How the device computed calls with 64-bit values (csrc/Dtype64.h, Width64), as the report
+# words them; the reruns with NEURON_SIM_NATIVE_64BIT (passes_in_64_bits) are left out.
+WIDTH64_CLASSES = {
+    "32-bit": "32-bit",
+    "on the CPU in TorchNeuron": "exact: CPU in TorchNeuron",
+    "data movement": "exact: data movement",
+    "mixed widths": "exact: mixed widths",
+    "scalar beyond 32 bits": "exact: scalar beyond 32 bits",
+    "aliased operands": "exact: aliased operands",
+    "32-bit form refused": "exact: 32-bit form refused",
+    "custom op": "exact: custom op",
+}
+
+
+def width64_counts() -> dict:
+    """ATen op -> {class: calls} since the last clear (see WIDTH64_CLASSES)."""
+    counts = {}
+    for op, hows in torch_neuronx._sim._C.width64_counts().items():
+        kept = {WIDTH64_CLASSES[how]: n for how, n in hows.items() if how in WIDTH64_CLASSES}
+        if kept:
+            counts[op.replace("aten::", "")] = kept
+    return counts
+
+
+def width64_by_class(pairs) -> dict:
+    """class -> sorted ATen ops, merged over `pairs` (an op in both classes is in both)."""
+    classes = {}
+    for pair in pairs:
+        for op, hows in pair.width64.items():
+            for how in hows:
+                classes.setdefault(how, set()).add(op)
+    order = list(WIDTH64_CLASSES.values())
+    return {how: sorted(classes[how]) for how in sorted(classes, key=order.index)}
+
+
+def width64_cell(pairs, limit=6) -> str:
+    """The 64-bit column of one OpInfo: — when no float64/int64 pair ran on CPU."""
+    ran = [p for p in pairs if p.dtype in ("float64", "int64") and p.ran_on_cpu]
+    if not ran:
+        return "—"
+    classes = width64_by_class(ran)
+    if not classes:
+        return "exact: no arithmetic"
+    parts = []
+    for how, ops in classes.items():
+        shown = ", ".join(ops[:limit]) + (f" +{len(ops) - limit}" if len(ops) > limit else "")
+        parts.append(f"{'**32-bit**' if how == '32-bit' else how}: {shown}")
+    return "; ".join(parts)
+
+
 def run_pair(op, dtype_name, max_samples=None, on_stage=None) -> PairResult:
     """Runs every variant of `op` for one dtype. on_stage(variant, sample index) is called
     before each sample runs (the CLI journals it to name the sample that crashed)."""
@@ -785,6 +844,9 @@ def run_pair(op, dtype_name, max_samples=None, on_stage=None) -> PairResult:
 
     samples, gen_error = _collect_samples(op, dtype, False, max_samples)
     no_samples = gen_error or "no samples"
+    counts_64bit = dtype in (torch.float64, torch.int64)
+    if counts_64bit:
+        torch_neuronx._sim._C.clear_width64_counts()
     forward = result.forward
     inplace = result.inplace if op.inplace_variant is not None else None
     out = result.out if op.supports_out else None
@@ -803,6 +865,8 @@ def run_pair(op, dtype_name, max_samples=None, on_stage=None) -> PairResult:
             else:
                 _record(out, index, lambda: _run_out(op, sample, expected, ctx), on_stage,
                         "out", sample, holder)
+    if counts_64bit:
+        result.width64 = width64_counts()
     forward.finish(no_samples)
     if inplace is not None:
         inplace.finish(no_samples)
@@ -926,6 +990,32 @@ KNOWN_CAUSES = {
 }
 
 
+def width64_section(results) -> list:
+    """The report's section on 64-bit values: every ATen op the float64/int64 pairs reached
+    with 64-bit values, by how the device computed them."""
+    classes = width64_by_class([r for r in results if r.dtype in ("float64", "int64")])
+    if not classes:
+        return []
+    out = ["## 64-bit values, op by op\n",
+           "As TorchNeuron does, the device stores float64 and int64 tensors but computes the ops of "
+           "its device set in 32 bits (`DtypeAutocastContext` casts to float32/int32 and back): int64 "
+           "values beyond 32 bits wrap (2**40 + 7 reads as 7) and float64 has float32's precision. "
+           "Exact: ops that only move or select values, ops TorchNeuron runs on the CPU (not in its "
+           "device set), and calls the rule keeps in 64 bits (Note [64-bit as 32-bit] in "
+           "`csrc/Dtype64.h`: float64 with float32 or complex64 operands, an integer scalar beyond "
+           "32 bits, a written operand overlapping another, a dtype= request the 32-bit form cannot "
+           "meet). Copies, views and the other kernels of `csrc/kernels/Minimal.cpp` never compute "
+           "and are not listed. Measured over every float64 and int64 sample of the sweep; an op "
+           "listed in two classes was computed both ways, depending on its arguments. The last "
+           "column of *All pairs* gives the same per OpInfo. NEURON_SIM_NATIVE_64BIT=1 computes "
+           "everything in 64 bits.\n",
+           "| how | ATen ops |", "|---|---|"]
+    for how, ops in classes.items():
+        out.append(f"| {how} | {_md(', '.join(ops))} |")
+    out.append("")
+    return out
+
+
 def write_coverage(results: list[PairResult], path, *, seconds=None, max_samples=None,
                    dtypes=DEFAULT_DTYPES, op_count=None, command=None, async_results=None):
     s = summary(results)
@@ -1011,13 +1101,15 @@ def write_coverage(results: list[PairResult], path, *, seconds=None, max_samples
         out.append("")
 
     out.extend(accelerator_only.section())
+    out.extend(width64_section(results))
 
     out.append("## All pairs\n")
     out.append("One row per OpInfo, one column per dtype: the pair's status, with the variant "
                "that failed (forward, inplace, out, grad) when it fails; — the op does not support "
-               "the dtype on CPU.\n")
-    out.append("| op | " + " | ".join(dtypes) + " |")
-    out.append("|---|" + "---|" * len(dtypes))
+               "the dtype on CPU. The last column: how the device computed the 64-bit values of the "
+               "float64 and int64 pairs, by ATen op (see *64-bit values, op by op*).\n")
+    out.append("| op | " + " | ".join(dtypes) + " | 64-bit values |")
+    out.append("|---|" + "---|" * (len(dtypes) + 1))
 
     def pair_cell(r):
         if r is None or r.forward.reason == "dtype unsupported":
@@ -1029,7 +1121,8 @@ def write_coverage(results: list[PairResult], path, *, seconds=None, max_samples
 
     for op_name, pairs in by_op.items():
         by_dtype = {r.dtype: r for r in pairs}
-        out.append(f"| {_md(op_name)} | " + " | ".join(pair_cell(by_dtype.get(d)) for d in dtypes) + " |")
+        out.append(f"| {_md(op_name)} | " + " | ".join(pair_cell(by_dtype.get(d)) for d in dtypes)
+                   + f" | {_md(width64_cell(pairs))} |")
     out.append("")
     with open(path, "w") as f:
         f.write("\n".join(out))

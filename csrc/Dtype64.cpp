@@ -24,7 +24,9 @@ std::atomic<bool> g_64bit_as_32bit{[] {
 bool is_index_argument(const std::string& name) {
   static const std::unordered_set<std::string> names = {
       "index", "indices", "target", "offsets", "indices_or_sections", "boundaries", "sorted_sequence",
-      "repeats", "lengths", "batch_sizes", "sorter", "tensor_indices_or_sections", "split_sizes"};
+      "repeats", "lengths", "batch_sizes", "sorter", "tensor_indices_or_sections", "split_sizes",
+      // the indices out= arguments of max.dim_max and min.dim_min
+      "max_values", "min_indices"};
   return names.count(name) > 0;
 }
 
@@ -57,7 +59,8 @@ Narrowing make_rule(const c10::FunctionSchema& schema) {
   if (base.rfind("aten::", 0) == 0) base = base.substr(6);
   rule.exact = is_exact_op(base, name.overload_name);
   for (const auto& argument : schema.arguments()) {
-    rule.value_argument.push_back(!rule.exact && !is_index_argument(argument.name()));
+    rule.index_argument.push_back(is_index_argument(argument.name()));
+    rule.value_argument.push_back(!rule.exact && !rule.index_argument.back());
     if (argument.name() == "dtype" || argument.name() == "out_int32") {
       rule.dtype_argument = int(rule.value_argument.size()) - 1;
     }
@@ -95,6 +98,59 @@ const Narrowing& narrowing_for(const std::string& qualified_name) {
   return narrowing_for(op->schema());
 }
 
+const char* width64_name(Width64 how) {
+  switch (how) {
+    case Width64::k32Bit: return "32-bit";
+    case Width64::kDataMovement: return "data movement";
+    case Width64::kOnCpu: return "on the CPU in TorchNeuron";
+    case Width64::kMixedWidths: return "mixed widths";
+    case Width64::kLargeScalar: return "scalar beyond 32 bits";
+    case Width64::kAliased: return "aliased operands";
+    case Width64::kRefused: return "32-bit form refused";
+    case Width64::kNative: return "NEURON_SIM_NATIVE_64BIT=1";
+    case Width64::kNotAten: return "custom op";
+    case Width64::kCount: break;
+  }
+  return "?";
+}
+
+namespace {
+std::mutex g_width64_mutex;
+std::unordered_map<std::string, std::unique_ptr<Width64Calls>>& width64_registry() {
+  static auto* registry = new std::unordered_map<std::string, std::unique_ptr<Width64Calls>>();
+  return *registry;
+}
+}  // namespace
+
+Width64Calls& width64_calls(const std::string& op) {
+  std::lock_guard<std::mutex> lock(g_width64_mutex);
+  auto& slot = width64_registry()[op];
+  if (!slot) {
+    slot = std::make_unique<Width64Calls>();
+    slot->op = op;
+  }
+  return *slot;
+}
+
+std::vector<std::tuple<std::string, std::string, uint64_t>> width64_counts() {
+  std::lock_guard<std::mutex> lock(g_width64_mutex);
+  std::vector<std::tuple<std::string, std::string, uint64_t>> counts;
+  for (const auto& entry : width64_registry()) {
+    for (int how = 0; how < int(Width64::kCount); ++how) {
+      const uint64_t n = entry.second->calls[how].load(std::memory_order_relaxed);
+      if (n) counts.emplace_back(entry.first, width64_name(Width64(how)), n);
+    }
+  }
+  return counts;
+}
+
+void clear_width64_counts() {
+  std::lock_guard<std::mutex> lock(g_width64_mutex);
+  for (auto& entry : width64_registry()) {
+    for (auto& n : entry.second->calls) n.store(0, std::memory_order_relaxed);
+  }
+}
+
 bool scalars_fit_32bit(const c10::IValue* arguments, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     const c10::IValue& value = arguments[i];
@@ -103,8 +159,9 @@ bool scalars_fit_32bit(const c10::IValue* arguments, size_t count) {
       v = value.toInt();
     } else if (value.isScalar() && value.toScalar().isIntegral(false)) {
       v = value.toScalar().toLong();
-    } else if (value.isTensor() && value.toTensor().defined() && value.toTensor().numel() == 1 &&
-               value.toTensor().scalar_type() == at::kLong && value.toTensor().device().is_cpu()) {
+    } else if (value.isTensor() && value.toTensor().defined() &&
+               value.toTensor().unsafeGetTensorImpl()->is_wrapped_number() &&
+               value.toTensor().scalar_type() == at::kLong) {
       v = *static_cast<const int64_t*>(value.toTensor().const_data_ptr());
     } else {
       continue;

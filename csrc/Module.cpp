@@ -136,6 +136,17 @@ PYBIND11_MODULE(_C, m) {
                                                         : py::object(py::none());
     return result;
   });
+  // Note [64-bit as 32-bit]: per op, how its calls with 64-bit values were computed.
+  m.def("width64_counts", [] {
+    py::dict result;
+    for (const auto& [op, how, count] : width64_counts()) {
+      py::str key(op);
+      if (!result.contains(key)) result[key] = py::dict();
+      result[key].cast<py::dict>()[py::str(how)] = count;
+    }
+    return result;
+  });
+  m.def("clear_width64_counts", [] { clear_width64_counts(); });
   m.def("_stream_sleep", [](int64_t nanoseconds) {
     auto& stream = current_stream(static_cast<c10::DeviceIndex>(runtime().current_device()));
     py::gil_scoped_release release;

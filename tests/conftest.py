@@ -21,6 +21,18 @@ def run_python(code, env=None, timeout=120):
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
+# Set in a run of a test file under every_op_queued(): the file's own re-run test skips.
+QUEUED_RUN = os.environ.get("NEURON_LAUNCH_BLOCKING") == "0" and os.environ.get("NEURON_SIM_INLINE_BYTES") == "0"
+
+
+def every_op_queued(test_file):
+    """Runs the test file `test_file` again in asynchronous mode with every op queued
+    (NEURON_LAUNCH_BLOCKING=0, NEURON_SIM_INLINE_BYTES=0) and asserts that it passes."""
+    env = dict(os.environ, NEURON_LAUNCH_BLOCKING="0", NEURON_SIM_INLINE_BYTES="0")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file],
+                            env=env, capture_output=True, text=True, timeout=900, cwd=TESTS)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
 
 def review_repros(folder):
     """The repro scripts a review left in tests/<folder>/ (kept as regression tests)."""

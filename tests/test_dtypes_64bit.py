@@ -147,3 +147,96 @@ def test_compiled_mixed_widths_equal_eager(tmp_path, monkeypatch):
         assert got.dtype == want.dtype == torch.float64
         torch.testing.assert_close(got.cpu(), want.cpu(), atol=0, rtol=0)
     torch._dynamo.reset()
+
+
+# Ops reducing or selecting int64 values, with whether TorchNeuron runs them on the device
+# (its device set: computed as int32, values beyond 32 bits wrap) or on the CPU (exact).
+REDUCTIONS = {
+    "max()": (lambda x: x.max(), True),
+    "max(dim)": (lambda x: x.max(0), True),
+    "min(dim)": (lambda x: x.min(0), True),
+    "amax": (lambda x: x.amax(), True),
+    "amin": (lambda x: x.amin(0), True),
+    "topk": (lambda x: x.topk(min(2, x.numel())), True),
+    "sum": (lambda x: x.sum(), True),
+    "cumsum": (lambda x: x.cumsum(0), True),
+    "eq scalar": (lambda x: x == 7, True),
+    "lt tensor": (lambda x: x < x.flip(0), True),
+    "clamp": (lambda x: x.clamp(min=5), True),
+    "abs": (lambda x: x.abs(), True),
+    "sort": (lambda x: x.sort(), False),
+    "argmax": (lambda x: x.argmax(), False),
+    "argmin": (lambda x: x.argmin(), False),
+    "unique": (lambda x: x.unique(), False),
+    "kthvalue": (lambda x: x.kthvalue(1), False),
+    "cummax": (lambda x: x.cummax(0), False),
+    "median": (lambda x: x.median(), False),
+    "maximum": (lambda x: torch.maximum(x, x.flip(0)), False),
+}
+
+
+def _values_of(result):
+    return [t.cpu() for t in (result if isinstance(result, tuple) else (result,))]
+
+
+@pytest.mark.parametrize("size", [3, 1], ids=["3 elements", "1 element"])
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_device_ops_wrap_and_cpu_ops_stay_exact(name, size):
+    """Issue 23 item 7: whether an op wraps is decided by the op (TorchNeuron's device set),
+    never by the tensor's size or by memory it reuses (int64 max() and topk wrapped while
+    max(dim) stayed exact: a one-element int64 out= buffer holding a freed big value counted
+    as a scalar beyond 32 bits, and max.dim's indices out= was narrowed and refused)."""
+    fn, on_device = REDUCTIONS[name]
+    x = torch.tensor([2**40 + 7, 3, -(2**35) - 1][:size])
+    expected = fn(x.to(torch.int32).to(torch.int64)) if on_device else fn(x)
+    for _ in range(3):  # later calls reuse memory the earlier results held
+        got = fn(x.to("neuron"))
+        for g, e in zip(_values_of(got), _values_of(expected)):
+            assert g.dtype == e.dtype
+            assert torch.equal(g, e), f"{name}: {g} vs {e}"
+
+
+def test_width64_counts_say_how_each_call_was_computed():
+    from torch_neuron_sim import _C
+    x = torch.tensor([2**40 + 7, 3], device="neuron")
+    _C.clear_width64_counts()
+    x.max()
+    x.sort()
+    x + 2**40
+    torch.cat([x, x])  # a hot kernel of data movement: nothing to count
+    counts = _C.width64_counts()
+    assert counts["aten::max"] == {"32-bit": 1}
+    assert counts["aten::sort.values_stable"] == {"on the CPU in TorchNeuron": 1}
+    assert counts["aten::add.Tensor"] == {"scalar beyond 32 bits": 1}
+    assert not any("cat" in op for op in counts)
+
+
+def test_in_place_and_out_forms_wrap_as_the_functional_form():
+    # a written argument that is the same view as an input (x.add_(x), out=x) shares one
+    # narrowed copy with it; only operands overlapping in part run in 64 bits (test_aliasing.py)
+    big = [2**31 - 1, 5]
+    x = torch.tensor(big, device="neuron")
+    want = (x + x).cpu()
+    assert want.tolist() == [-2, 10]
+    y = x.clone()
+    y.add_(y)
+    assert y.cpu().tolist() == want.tolist()
+    z = x.clone()
+    torch.add(z, z, out=z)
+    assert z.cpu().tolist() == want.tolist()
+    w = x.clone()
+    w.add_(1)
+    assert w.cpu().tolist() == [-(2**31), 6]
+
+
+def test_int64_convolution_the_cpu_computes_only_in_64_bits():
+    # the CPU's dilated and transposed convolutions have no int32 kernel: the narrowed form is
+    # refused and the call runs in 64 bits (counted as such), as on the generic path
+    import torch.nn.functional as F
+    from torch_neuron_sim import _C
+    x = torch.arange(2 * 2 * 7).reshape(2, 2, 7) % 5
+    w = torch.arange(3 * 2 * 3).reshape(3, 2, 3) % 4
+    _C.clear_width64_counts()
+    got = F.conv1d(x.to("neuron"), w.to("neuron"), dilation=2)
+    assert torch.equal(got.cpu(), F.conv1d(x, w, dilation=2))
+    assert _C.width64_counts()["aten::convolution"] == {"32-bit form refused": 1}

@@ -1,9 +1,12 @@
 // The minimal kernel set of the neuron backend: tensor creation, copies between
 // host and device, resize/set, views, reading a scalar. Everything else is
 // computed by ATen's CPU kernels on device memory (ZeroCopy.h, Hot.cpp).
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -30,6 +33,18 @@ c10::DeviceIndex target_device(std::optional<c10::Device> device) {
   return index;
 }
 
+// Note [Uninitialized memory in deterministic mode]
+// Under torch.use_deterministic_algorithms(True), with
+// torch.utils.deterministic.fill_uninitialized_memory (on by default), new memory is filled as
+// the CPU's and CUDA's empty kernels fill it: NaN for floating and complex dtypes, the largest
+// value for integer dtypes and bool. That covers every way to get memory without values: the
+// empty factories (empty, empty_strided, and what calls them: empty_like, new_empty,
+// empty_permuted, ...) and the part of a storage resize_ adds.
+bool fills_uninitialized_memory() {
+  const auto& context = at::globalContext();
+  return C10_UNLIKELY(context.deterministicAlgorithms() && context.deterministicFillUninitializedMemory());
+}
+
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory,
@@ -40,8 +55,11 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
   TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
               "neuron tensors are strided only; got layout ", layout.value_or(at::kStrided));
   c10::DeviceGuard guard(c10::Device(kNeuron, target_device(device)));
-  return at::detail::empty_generic(size, neuron_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                   c10::dtype_or_default(dtype), memory_format);
+  at::Tensor result = at::detail::empty_generic(size, neuron_allocator(),
+                                                c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                c10::dtype_or_default(dtype), memory_format);
+  if (fills_uninitialized_memory()) at::native::fill_empty_deterministic_(result);
+  return result;
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -51,9 +69,11 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   counter.hit();
   TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
   c10::DeviceGuard guard(c10::Device(kNeuron, target_device(device)));
-  return at::detail::empty_strided_generic(size, stride, neuron_allocator(),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                           c10::dtype_or_default(dtype));
+  at::Tensor result = at::detail::empty_strided_generic(size, stride, neuron_allocator(),
+                                                        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                        c10::dtype_or_default(dtype));
+  if (fills_uninitialized_memory()) at::native::fill_empty_deterministic_(result);
+  return result;
 }
 
 // Note [Simulated device memory] in runtime/copy.cpp: the DMA engine is the runtime's copy
@@ -79,6 +99,12 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(from_device || self.device().is_cpu(), "cannot copy from ", self.device(), " to ", dst.device());
   TORCH_CHECK(to_device || dst.device().is_cpu(), "cannot copy from ", self.device(), " to ", dst.device());
   if (dst.numel() == 0) return dst;
+  // copy_'s contract, which TensorIterator checks on the CPU and CUDA (PyTorch hands a
+  // device's copies to _copy_from before building one): no element of the destination is
+  // written twice, and the destination does not partly overlap the source. Checked here, at
+  // the call, for every path below (the plain DMA copy included, and queued copies).
+  at::assert_no_internal_overlap(dst);
+  at::assert_no_partial_overlap(dst, self);
   const bool plain = self.dtype() == dst.dtype() && self.is_contiguous() && dst.is_contiguous() &&
                      self.sizes() == dst.sizes() && self.is_conj() == dst.is_conj() &&
                      self.is_neg() == dst.is_neg();
@@ -178,8 +204,12 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
   impl->set_sizes_contiguous(size);
   const size_t needed = at::detail::computeStorageNbytesContiguous(size, self.dtype().itemsize(),
                                                                    self.storage_offset());
-  if (needed > self.storage().nbytes()) resize_storage_bytes(self, needed);
+  const size_t old_bytes = self.storage().nbytes();
+  if (needed > old_bytes) resize_storage_bytes(self, needed);
   if (memory_format) impl->empty_tensor_restride(*memory_format);
+  if (needed > old_bytes && fills_uninitialized_memory()) {
+    at::native::fill_resize_deterministic_(self, int64_t(old_bytes));
+  }
   return self;
 }
 

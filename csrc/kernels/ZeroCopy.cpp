@@ -1,5 +1,7 @@
 #include "ZeroCopy.h"
 
+#include <ATen/MemoryOverlap.h>
+#include <ATen/NestedTensorImpl.h>
 #include <ATen/core/List.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
@@ -86,6 +88,7 @@ c10::Storage device_storage_for(const c10::Storage& cpu_storage, c10::DeviceInde
 
 at::Tensor adopt_output(const at::Tensor& cpu, c10::DeviceIndex device) {
   if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
+  check_device_can_hold(cpu);
   return wrap_storage(device_storage_for(cpu.storage(), device), cpu);
 }
 
@@ -141,6 +144,12 @@ c10::DeviceIndex run_here_on(c10::DeviceIndex device) {
 
 at::Tensor HostCall::to_host(const at::Tensor& tensor) {
   if (!tensor.defined() || tensor.device().type() != kNeuron) return tensor;
+  if (tensor.is_nested()) {  // Note [Nested tensors]: a CPU nested tensor over a host view of its buffer
+    const auto* nested = at::native::get_nested_tensor_impl(tensor);
+    return at::detail::make_tensor<at::native::NestedTensorImpl>(
+        to_host(nested->get_unsafe_storage_as_tensor()), nested->get_nested_sizes(), nested->get_nested_strides(),
+        nested->get_storage_offsets());
+  }
   for (auto& entry : views) {
     if (entry.second.unsafeGetStorageImpl() == tensor.storage().unsafeGetStorageImpl()) {
       return tensor_over(entry.first, c10::DispatchKey::CPU, tensor);  // one view storage per device storage
@@ -175,8 +184,37 @@ void sync_resized(std::pair<c10::Storage, c10::Storage>& entry, c10::DeviceIndex
 }
 }  // namespace
 
+namespace {
+// Makes `t`, a CPU tensor, hold host memory: a kernel's CPU allocations under the redirect
+// come from device memory, which metadata the host keeps reading must not (Note [Memory
+// guard] closes it outside kernels). Tensors in host memory are returned as they are.
+const at::Tensor& in_host_memory(const at::Tensor& t) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  c10::DataPtr data = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+  neuron_rt::BufferRef buffer = take_redirected(data);
+  if (!buffer) {
+    impl->set_data_ptr_noswap(std::move(data));
+    return t;
+  }
+  const size_t nbytes = impl->nbytes();
+  c10::DataPtr host = redirecting_cpu_allocator()->allocate(nbytes);  // no redirect here: host memory
+  neuron_rt::GuardScope scope;
+  scope.add(buffer.get());
+  if (nbytes) std::memcpy(host.get(), buffer->data(), nbytes);
+  impl->set_data_ptr_noswap(std::move(host));
+  return t;
+}
+}  // namespace
+
 at::Tensor HostCall::to_device(const at::Tensor& cpu) {
   if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
+  if (cpu.is_nested()) {  // Note [Nested tensors]: its buffer comes back, its metadata stays on the host
+    const auto* nested = at::native::get_nested_tensor_impl(cpu);
+    return at::detail::make_tensor<at::native::NestedTensorImpl>(
+        to_device(nested->get_unsafe_storage_as_tensor()), in_host_memory(nested->get_nested_sizes()),
+        in_host_memory(nested->get_nested_strides()), in_host_memory(nested->get_storage_offsets()));
+  }
+  check_device_can_hold(cpu);
   auto* storage = cpu.storage().unsafeGetStorageImpl();
   for (auto& entry : views) {
     if (entry.first.unsafeGetStorageImpl() == storage) {
@@ -192,7 +230,7 @@ at::Tensor HostCall::to_device(const at::Tensor& cpu) {
 }
 
 void HostCall::sync_argument(const at::Tensor& original, const at::Tensor& view) {
-  if (!original.defined() || original.device().type() != kNeuron) return;
+  if (!original.defined() || original.device().type() != kNeuron || original.is_nested()) return;
   for (auto& entry : views) {
     if (entry.second.unsafeGetStorageImpl() == original.storage().unsafeGetStorageImpl()) {
       sync_resized(entry, device);
@@ -250,6 +288,7 @@ struct OpPlan {
   bool random = false;             // takes a generator
   std::vector<int> write_alias_of; // per return: argument it writes and returns, or -1
   const Narrowing* narrowing = nullptr;
+  Width64Calls* width64 = nullptr;  // how its calls with 64-bit values were computed
   mutable std::shared_mutex meta_mutex;
   mutable std::unordered_map<std::vector<int64_t>, std::shared_ptr<const MetaEntry>, SignatureHash> meta;
   // Per dtype signature: whether a call may be queued, decided on the first call (run
@@ -287,6 +326,7 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   plan->aten = name.name.rfind("aten::", 0) == 0;
   plan->on_device = tracked_op(op).on_device();
   plan->narrowing = &narrowing_for(*schema);
+  plan->width64 = &width64_calls(plan->name);
   const auto& arguments = schema->arguments();
   for (const auto& argument : arguments) {
     auto type = argument.real_type();
@@ -374,11 +414,11 @@ void for_each_tensor(const c10::IValue& value, Fn fn) {
 // ---- running the CPU kernel on host views ----------------------------------------------------
 
 // True when the tensors `for_each(fn)` visits mix a 64-bit tensor with a 32-bit one of the
-// same kind (float64 and float32, int64 and int32; wrapped Python numbers aside): narrowing
-// would make their dtypes equal, hiding the kernel's dtype checks (mm's "expected m1 and m2 to
-// have the same dtype") and its type promotion (a float32 tensor and a 0-dim float64 one make
-// float32, which the widening would turn into float64). Such a call runs in 64 bits (Note
-// [64-bit as 32-bit]).
+// same kind (float64 and float32 or complex64, int64 and int32; wrapped Python numbers aside):
+// narrowing would make their dtypes equal, hiding the kernel's dtype checks (mm's "expected m1
+// and m2 to have the same dtype") and its type promotion (a float32 tensor and a 0-dim float64
+// one make float32, which the widening would turn into float64; a complex64 tensor and a 0-dim
+// float64 one make complex64). Such a call runs in 64 bits (Note [64-bit as 32-bit]).
 template <typename ForEachTensor>
 bool mixes_widths(ForEachTensor for_each) {
   bool wide_float = false, wide_int = false, narrow_float = false, narrow_int = false;
@@ -387,10 +427,42 @@ bool mixes_widths(ForEachTensor for_each) {
     const auto type = t.scalar_type();
     wide_float |= type == at::kDouble;
     wide_int |= type == at::kLong;
-    narrow_float |= type == at::kFloat;
+    narrow_float |= type == at::kFloat || type == at::kComplexFloat;
     narrow_int |= type == at::kInt;
   });
   return (wide_float && narrow_float) || (wide_int && narrow_int);
+}
+
+// Which sharing of memory between a written argument and another tensor argument counts.
+enum class Sharing {
+  kOtherView,  // any other view of its storage (the very same view is fine: in place on one tensor)
+  kPartial,    // elements that may overlap without being the same view (partial or too hard to tell)
+};
+// True when a written argument shares memory with another tensor argument, as `sharing` says.
+bool writes_aliased_memory(const OpPlan& plan, const c10::IValue* arguments, size_t count, Sharing sharing) {
+  for (size_t w = 0; w < count; ++w) {
+    if (!plan.is_written[w] || !arguments[w].isTensor() || !arguments[w].toTensor().defined()) continue;
+    const at::Tensor& written = arguments[w].toTensor();
+    if (!written.has_storage()) continue;
+    const auto* storage = written.storage().unsafeGetStorageImpl();
+    bool aliased = false;
+    for (size_t i = 0; i < count && !aliased; ++i) {
+      if (i == w) continue;
+      for_each_tensor(arguments[i], [&](const at::Tensor& t) {
+        if (!t.defined() || !t.has_storage() || t.storage().unsafeGetStorageImpl() != storage) return;
+        if (sharing == Sharing::kPartial) {
+          const auto status = at::get_overlap_status(written, t);
+          aliased = aliased || status == at::MemOverlapStatus::Partial || status == at::MemOverlapStatus::TooHard;
+          return;
+        }
+        const bool same_view = t.storage_offset() == written.storage_offset() && t.sizes() == written.sizes() &&
+                               t.strides() == written.strides();
+        aliased = aliased || !same_view;
+      });
+    }
+    if (aliased) return true;
+  }
+  return false;
 }
 
 // aten::mm of two 2-D bfloat16 host tensors whose shape takes the brgemm kernel at this
@@ -412,17 +484,56 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
   const Narrowing& rule = *plan.narrowing;
   bool narrowed_float = false, narrowed_int = false;
   torch::jit::Stack wide;  // the arguments before narrowing, when narrowed
-  const bool mixed = mixes_widths([&](const auto& fn) {
-    for (size_t i = 0; i < num_arguments; ++i) {
-      if (rule.value_argument[i]) for_each_tensor(args[i], fn);
-    }
-  });
-  if (plan.aten && plan.on_device && !rule.exact && compute_64bit_as_32bit() &&
-      scalars_fit_32bit(args.data(), num_arguments) && !mixed) {
+  // Note [Nested tensors]: nested arguments take the CPU's nested kernels, as they are.
+  bool has_nested = false;
+  for (size_t i = 0; i < num_arguments; ++i) {
+    for_each_tensor(args[i], [&](const at::Tensor& t) { has_nested = has_nested || (t.defined() && t.is_nested()); });
+  }
+  const c10::DispatchKeySet cpu_kernel(has_nested ? c10::DispatchKey::NestedTensorCPU : c10::DispatchKey::CPU);
+  // Whether the call has 64-bit values, and then whether it narrows them or why it does not.
+  bool has_64bit_values = false;
+  for (size_t i = 0; i < num_arguments && !has_64bit_values && !has_nested; ++i) {
+    if (rule.index_argument[i]) continue;
+    for_each_tensor(args[i], [&](const at::Tensor& t) {
+      has_64bit_values = has_64bit_values || (t.defined() && is_64bit(t.scalar_type()) &&
+                                              !t.unsafeGetTensorImpl()->is_wrapped_number());
+    });
+  }
+  Width64 how = Width64::k32Bit;
+  if (!has_64bit_values) {
+  } else if (!compute_64bit_as_32bit()) {
+    how = Width64::kNative;
+  } else if (!plan.aten) {
+    how = Width64::kNotAten;
+  } else if (rule.exact) {
+    how = Width64::kDataMovement;
+  } else if (!plan.on_device) {
+    how = Width64::kOnCpu;
+  } else if (mixes_widths([&](const auto& fn) {
+               for (size_t i = 0; i < num_arguments; ++i) {
+                 if (rule.value_argument[i]) for_each_tensor(args[i], fn);
+               }
+             })) {
+    how = Width64::kMixedWidths;
+  } else if (!scalars_fit_32bit(args.data(), num_arguments)) {
+    how = Width64::kLargeScalar;
+  } else if (writes_aliased_memory(plan, args.data(), num_arguments, Sharing::kPartial)) {
+    how = Width64::kAliased;
+  }
+  if (has_64bit_values && how == Width64::k32Bit) {
+    // One narrowed copy per view: arguments that are the same view of memory (in place,
+    // out= one of the inputs) stay one tensor, so the kernel sees them alias as on the CPU.
+    std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (view, its narrowed copy)
     auto narrow = [&](const at::Tensor& t) -> at::Tensor {
       if (!t.defined() || !is_64bit(t.scalar_type()) || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
       (t.scalar_type() == at::kDouble ? narrowed_float : narrowed_int) = true;
-      return t.to(narrow_64bit(t.scalar_type()));
+      for (const auto& [view, copy] : copies) {
+        if (at::get_overlap_status(view, t) == at::MemOverlapStatus::Full && view.scalar_type() == t.scalar_type()) {
+          return copy;
+        }
+      }
+      copies.emplace_back(t, t.to(narrow_64bit(t.scalar_type())));
+      return copies.back().second;
     };
     for (size_t i = 0; i < num_arguments; ++i) {
       if (!rule.value_argument[i]) continue;
@@ -465,22 +576,24 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
     stack.clear();
     stack.emplace_back(std::move(out));
   } else if (wide.empty()) {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+    op.redispatchBoxed(cpu_kernel, &stack);
   } else {
     try {
-      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+      op.redispatchBoxed(cpu_kernel, &stack);
     } catch (const c10::OutOfMemoryError&) {
       throw;
     } catch (const c10::Error&) {
       // the 32-bit form is refused: compute in 64 bits (nothing was written yet: written
       // arguments are narrowed copies)
+      how = Width64::kRefused;
       stack = wide;
       wide.clear();
       narrowed_float = narrowed_int = false;
       for (auto& entry : written) entry.second = stack[entry.first].toTensor();
-      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+      op.redispatchBoxed(cpu_kernel, &stack);
     }
   }
+  if (has_64bit_values) plan.width64->count(how);
   // Written arguments given narrowed copies: copy the results back into the 64-bit views.
   for (auto& [index, given] : written) {
     if (wide.empty()) break;
@@ -494,10 +607,8 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
   const bool requested = typed_on_request(rule, wide.empty() ? args.data() : wide.data(), num_arguments);
   auto widen = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined() || requested) return t;
-    if ((narrowed_float && t.scalar_type() == at::kFloat) || (narrowed_int && t.scalar_type() == at::kInt)) {
-      return t.to(widen_32bit(t.scalar_type()));
-    }
-    return t;
+    const at::ScalarType type = widened_result(t.scalar_type(), narrowed_float, narrowed_int);
+    return type == t.scalar_type() ? t : t.to(type);
   };
   // Results: written arguments come back as the wide views; fresh results are widened.
   for (size_t r = 0; r < stack.size(); ++r) {
@@ -727,6 +838,12 @@ MetaEntry compute_meta(const OpPlan& plan, const c10::OperatorHandle& op, const 
   }
   for (size_t r = 0; r < stack.size(); ++r) {
     if (plan.write_alias_of[r] >= 0) continue;
+    bool holdable = true;  // a result the device cannot hold is refused inline (check_device_can_hold)
+    for_each_tensor(stack[r], [&](const at::Tensor& t) {
+      holdable = holdable && (!t.defined() || (!t.is_quantized() && !c10::isQIntType(t.scalar_type()) &&
+                                               t.layout() == at::kStrided));
+    });
+    if (!holdable) return entry;
     if (stack[r].isTensor()) {
       entry.outputs.push_back({meta_of(stack[r].toTensor())});
       entry.output_is_list.push_back(false);
@@ -759,28 +876,6 @@ std::shared_ptr<const MetaEntry> meta_for(const OpPlan& plan, const c10::Operato
   std::unique_lock<std::shared_mutex> lock(plan.meta_mutex);
   if (plan.meta.size() >= 512) plan.meta.clear();  // shapes that keep changing: start over
   return plan.meta.emplace(key, std::move(entry)).first->second;
-}
-
-// True when a written argument shares its storage with another tensor argument without
-// being the very same view (in place on one tensor is fine).
-bool writes_aliased_memory(const OpPlan& plan, const c10::IValue* arguments, size_t count) {
-  for (size_t w = 0; w < count; ++w) {
-    if (!plan.is_written[w] || !arguments[w].isTensor() || !arguments[w].toTensor().defined()) continue;
-    const at::Tensor& written = arguments[w].toTensor();
-    const auto* storage = written.storage().unsafeGetStorageImpl();
-    bool aliased = false;
-    for (size_t i = 0; i < count && !aliased; ++i) {
-      if (i == w) continue;
-      for_each_tensor(arguments[i], [&](const at::Tensor& t) {
-        if (!t.defined() || !t.has_storage() || t.storage().unsafeGetStorageImpl() != storage) return;
-        const bool same_view = t.storage_offset() == written.storage_offset() && t.sizes() == written.sizes() &&
-                               t.strides() == written.strides();
-        aliased = aliased || !same_view;
-      });
-    }
-    if (aliased) return true;
-  }
-  return false;
 }
 
 // True when the results of an inline run (on the stack from `begin`) are what `meta` said.
@@ -923,12 +1018,19 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // An op without a CPU kernel (PyTorch implements some for accelerators only: Note
   // [Accelerator-only ops] in AcceleratorOnly.cpp) has nothing for this path to run: say so,
   // rather than the dispatcher's message about the 'CPU' backend.
-  TORCH_CHECK_NOT_IMPLEMENTED(op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU), "Could not run '",
+  const size_t num_arguments = op.schema().arguments().size();
+  const size_t begin = stack->size() - num_arguments;
+  // Note [Nested tensors]: nested arguments take the CPU's nested kernels.
+  bool nested = false;
+  for (size_t i = 0; i < num_arguments; ++i) {
+    for_each_tensor((*stack)[begin + i], [&](const at::Tensor& t) { nested = nested || (t.defined() && t.is_nested()); });
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(op.hasComputedKernelForDispatchKey(nested ? c10::DispatchKey::NestedTensorCPU
+                                                                        : c10::DispatchKey::CPU),
+                              "Could not run '",
                               plan.name, "' on the neuron device: it has no neuron kernel, and no CPU kernel for the ",
                               "simulated device to compute with (PyTorch implements it for other devices only, ",
                               "e.g. CUDA). See COVERAGE.md, \"Accelerator-only ops\".");
-  const size_t num_arguments = op.schema().arguments().size();
-  const size_t begin = stack->size() - num_arguments;
   if (plan.random) check_generator_device(plan, *stack, begin);
   DeviceCheck check;
   for (size_t i = 0; i < num_arguments; ++i) {
@@ -945,12 +1047,14 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (asynchronous()) {
     // A view reads no data: no need to wait for the stream.
     if (plan.view) return run_inline(plan, op, stack, begin, device, /*drain=*/false);
+    // Note [Nested tensors]: no meta kernels to describe them ahead; they run at the call.
+    if (nested) return run_inline(plan, op, stack, begin, device, /*drain=*/true);
     const c10::IValue* arguments = stack->data() + begin;
     // Random ops run at the call, in program order (a queued draw would happen in the order
     // the streams' workers run, which varies); so do ops writing an argument that shares
     // memory with another (the CPU kernel's overlap checks must raise at the call).
     std::shared_ptr<const MetaEntry> meta;
-    if (plan.aten && plan.tensor_returns && !plan.random && !writes_aliased_memory(plan, arguments, num_arguments)) {
+    if (plan.aten && plan.tensor_returns && !plan.random && !writes_aliased_memory(plan, arguments, num_arguments, Sharing::kOtherView)) {
       meta = meta_for(plan, op, arguments, num_arguments);
     }
     if (meta && meta->queueable) {
@@ -1024,10 +1128,16 @@ namespace {
 // Note [64-bit as 32-bit] for a kernel body: 32-bit copies of its 64-bit inputs in, its 32-bit
 // results widened back (the body is also run on meta tensors, where this works alike). Inputs
 // mixing widths run as they are, in 64 bits: the body's own rules then give each result its
-// dtype (batch_norm_elemt's output stays float32 with float64 weights, as on CUDA).
-TensorBody narrowed_body(const TensorBody& body) {
-  return [body](const std::vector<at::Tensor>& inputs) {
-    if (mixes_widths([&](const auto& fn) { std::for_each(inputs.begin(), inputs.end(), fn); })) return body(inputs);
+// dtype (batch_norm_elemt's output stays float32 with float64 weights, as on CUDA); so does a
+// call whose 32-bit form the kernel refuses (the CPU's int64 convolution has no int32 form).
+// Calls on real data are counted in `calls`.
+TensorBody narrowed_body(const TensorBody& body, Width64Calls* calls) {
+  return [body, calls](const std::vector<at::Tensor>& inputs) {
+    const bool real = std::none_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.is_meta(); });
+    if (mixes_widths([&](const auto& fn) { std::for_each(inputs.begin(), inputs.end(), fn); })) {
+      if (real) calls->count(Width64::kMixedWidths);
+      return body(inputs);
+    }
     bool narrowed_float = false, narrowed_int = false;
     std::vector<at::Tensor> narrow;
     for (const at::Tensor& t : inputs) {
@@ -1038,11 +1148,20 @@ TensorBody narrowed_body(const TensorBody& body) {
         narrow.push_back(t);
       }
     }
-    std::vector<at::Tensor> results = body(narrow);
+    std::vector<at::Tensor> results;
+    try {
+      results = body(narrow);
+    } catch (const c10::OutOfMemoryError&) {
+      throw;
+    } catch (const c10::Error&) {
+      if (real) calls->count(Width64::kRefused);
+      return body(inputs);
+    }
+    if (real) calls->count(Width64::k32Bit);
     for (at::Tensor& r : results) {
-      if (r.defined() && ((narrowed_float && r.scalar_type() == at::kFloat) || (narrowed_int && r.scalar_type() == at::kInt))) {
-        r = r.to(widen_32bit(r.scalar_type()));
-      }
+      if (!r.defined()) continue;
+      const at::ScalarType type = widened_result(r.scalar_type(), narrowed_float, narrowed_int);
+      if (type != r.scalar_type()) r = r.to(type);
     }
     return results;
   };
@@ -1067,7 +1186,9 @@ std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tenso
     wide = wide || (t.defined() && is_64bit(t.scalar_type()));
     signature += t.defined() ? "|" + std::string(c10::toString(t.scalar_type())) : "|-";
   }
-  const TensorBody body = wide && compute_64bit_as_32bit() ? narrowed_body(given) : given;
+  const bool narrowing = wide && compute_64bit_as_32bit();
+  if (wide && !narrowing) width64_calls(name).count(Width64::kNative);
+  const TensorBody body = narrowing ? narrowed_body(given, &width64_calls(name)) : given;
   const c10::DeviceIndex device = check.device >= 0 ? check.device : c10::DeviceIndex(runtime().current_device());
   // The outputs' metadata, for a queued kernel: the body run on meta tensors (not cached by
   // operand sizes: what a body captures, a convolution's padding, a histogram's bins, also

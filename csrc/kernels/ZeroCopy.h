@@ -68,6 +68,9 @@ at::Tensor wrap_storage(c10::Storage storage, const at::Tensor& like);
 c10::Storage device_storage_for(const c10::Storage& cpu_storage, c10::DeviceIndex device);
 // Makes `cpu` (computed under an AllocationRedirect for `device`) a neuron tensor.
 at::Tensor adopt_output(const at::Tensor& cpu, c10::DeviceIndex device);
+// Raises NotImplementedError, naming the running op and what to do, when a CPU kernel's
+// `result` is a tensor the device cannot hold: quantized, or not strided (Unsupported.cpp).
+void check_device_can_hold(const at::Tensor& result);
 
 // The device shared by the neuron tensors of an op; raises the error CUDA raises when a
 // non-scalar CPU tensor or another device's tensor is mixed in.

@@ -60,6 +60,10 @@ from . import distributed as _distributed  # noqa: E402
 
 _distributed.register()
 
+from . import _interop  # noqa: E402
+
+_interop.register()  # DLPack and torch.multiprocessing for the renamed device
+
 # Before the interpreter finalizes: a Python object dropped later on another thread (autograd's
 # device thread, a collective's release) retakes the GIL inside a destructor, which then ends
 # that thread: std::terminate (Note [The autograd device thread at exit] in csrc/ExitQuiesce.cpp)
