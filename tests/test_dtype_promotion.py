@@ -96,3 +96,20 @@ def test_float64_with_a_complex_operand_is_complex128():
 def test_promotion_with_every_op_queued():
     # queued outputs are allocated from the meta kernel's dtypes, which see the 64-bit operands
     every_op_queued(__file__)
+
+
+# Compiled graphs follow the same rule (compile/passes.py narrow_64bit): one graph of the binary
+# ops per pair, compiled once per pair (1-d operands). Python complex numbers in a compiled graph
+# are refused by the lowering with a clear error (a program holds no complex constant yet).
+@pytest.mark.parametrize("pair", [p for p in PAIRS if torch.float64 in p or torch.complex128 in p],
+                         ids=lambda p: f"{p[0]}-{p[1]}".replace("torch.", ""))
+def test_complex_pairs_promote_as_on_cpu_when_compiled(pair, fresh_dynamo):
+    a, b = operand(pair[0], (3,), 0), operand(pair[1], (3,), 1)
+
+    def every_op(x, y):
+        return x + y, x * y, x / y, x.pow(y)
+    expected = every_op(a, b)
+    got = torch.compile(every_op, backend="neuron")(a.to("neuron"), b.to("neuron"))
+    for e, g in zip(expected, got):
+        assert g.dtype == e.dtype, (pair, e.dtype, g.dtype)
+        torch.testing.assert_close(g.cpu(), e, rtol=2e-2, atol=1e-2, equal_nan=True)

@@ -28,6 +28,9 @@ from .. import _C
 
 aten = torch.ops.aten
 _WIDE = {torch.float64: torch.float32, torch.int64: torch.int32}
+# A result's dtype computed from narrowed operands -> the dtype it had: float64's narrowing turns
+# a complex128 result into complex64 (float64 x complex64 tensors is complex128 on the CPU).
+_WIDENED = {torch.float32: torch.float64, torch.int32: torch.int64, torch.complex64: torch.complex128}
 _rules = {}
 FOLD_LIMIT_BYTES = 1 << 20  # larger results are computed at run time, not embedded in the program
 
@@ -133,8 +136,8 @@ def _widen_result(gm, node, replaced):
 
 
 def _widen_node(gm, node, original, val, replaced):
-    if not (isinstance(val, torch.Tensor) and isinstance(original, torch.Tensor) and original.dtype in _WIDE
-            and val.dtype == _WIDE[original.dtype]):
+    if not (isinstance(val, torch.Tensor) and isinstance(original, torch.Tensor)
+            and _WIDENED.get(val.dtype) == original.dtype):
         return
     graph = gm.graph
     with graph.inserting_after(node):
@@ -144,7 +147,9 @@ def _widen_node(gm, node, original, val, replaced):
 
 
 def _mixes_widths(node, schema, value_names):
-    """Whether the node's value arguments hold a 64-bit tensor and a 32-bit one of its kind."""
+    """Whether the node's value arguments hold a 64-bit tensor and a 32-bit one of its kind (a
+    float64 tensor with a complex64 one counts: narrowing would make the result complex64), as
+    csrc/Dtype64.h decides for eager."""
     names = [a.name for a in schema.arguments]
     given = [(names[i] if i < len(names) else None, a) for i, a in enumerate(node.args)] + list(node.kwargs.items())
     dtypes = set()
@@ -154,7 +159,8 @@ def _mixes_widths(node, schema, value_names):
                 val = _val(item)
                 if isinstance(val, torch.Tensor):
                     dtypes.add(val.dtype)
-    return any(wide in dtypes and narrow in dtypes for wide, narrow in _WIDE.items())
+    return (any(wide in dtypes and narrow in dtypes for wide, narrow in _WIDE.items())
+            or (torch.float64 in dtypes and torch.complex64 in dtypes))
 
 
 class _nothing:
