@@ -11,7 +11,9 @@
 // Philox subsequence k (csrc/kernels/Random.cpp), so an op's values depend only on the seed,
 // its start offset and each element's row-major index: not on threads, streams, or the number
 // of draws an element needs; and a shard of n/s elements started at offset + j * n/s gives
-// the values the whole tensor has there (DTensor's scheme).
+// the values the whole tensor has there. DTensor starts shard j at offset + round_up_4(j * n/s),
+// so its shards give one device's values when n/s is a multiple of 4 (elsewhere distinct,
+// reproducible values, shifted by the rounding).
 //
 // Locking: kernels take the generator's mutex_ (GeneratorImpl's) while they reserve words;
 // Python takes the same mutex around every state method (manual_seed, get_state, ...), as it

@@ -31,8 +31,9 @@ def test_dtensor_random_ops_give_one_devices_values(tmp_path, ranks):
         with open(tmp_path / f"rank{rank}.json") as report:
             checks = json.load(report)
         failed.update({f"rank {rank}: {name}": outcome for name, outcome in checks.items() if outcome != "ok"})
-        # every op on every placement ran: 9 ops x 3 placements (1-D), x 7 more (2-D), 3 scenarios
-        assert len(checks) == 9 * (3 + (7 if ranks == 4 else 0)) + 3
+        # every op on every placement ran: 9 ops on 3 placements of (8, 16) and of (10, 3), 8 ops (not
+        # kaiming's, 2-D only) on 2 placements of (6,) on 1-D; on 2-D 7, 7 and 4 more; 3 scenarios
+        assert len(checks) == 9 * 6 + 8 * 2 + (9 * 14 + 8 * 4 if ranks == 4 else 0) + 3
     assert not failed, "\n".join(f"{name}:\n{outcome}" for name, outcome in failed.items())
 
 

@@ -2,6 +2,7 @@
 torch.multiprocessing (refused with what to do: device memory is not shared between
 processes)."""
 import multiprocessing
+import os
 from multiprocessing.reduction import ForkingPickler
 
 import pytest
@@ -48,6 +49,19 @@ def test_sending_a_neuron_tensor_to_another_process_says_what_to_do(what):
     queue = multiprocessing.get_context("spawn").SimpleQueue()
     with pytest.raises(RuntimeError, match=SEND_ADVICE):
         queue.put(obj)
+    # multiprocessing.Queue pickles in a feeder thread after put() returned: refused at put()
+    for container in (obj, [obj], {"batch": (1, obj)}):
+        with pytest.raises(RuntimeError, match=SEND_ADVICE):
+            multiprocessing.get_context("spawn").Queue().put(container)
+
+
+def test_a_queue_with_a_neuron_tensor_refuses_it_and_the_receiver_is_not_left_waiting(tmp_path):
+    """Review 17's repro (the receiver of a multiprocessing.Queue waited forever)."""
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "regressions_interop_queue.py")
+    result = subprocess.run([sys.executable, script], cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
 
 def test_cpu_tensors_are_still_shared():

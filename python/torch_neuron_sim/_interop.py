@@ -8,8 +8,11 @@
 - torch.multiprocessing: its reducers share CPU memory (file descriptors) or CUDA memory (IPC
   handles). A neuron tensor reached `_share_fd_cpu_` ("_share_fd_: only available on CPU"),
   raised in a Queue's feeder thread, and the receiver waited forever. Sending a neuron tensor
-  or storage now raises an error that says what to do.
+  or storage now raises an error that says what to do: where it is pickled (Pipe, SimpleQueue,
+  Process arguments), and at put() for multiprocessing.Queue, which pickles in a feeder thread
+  after put() returned (an error there is printed and the item dropped).
 """
+import multiprocessing.queues
 from multiprocessing.reduction import ForkingPickler
 
 import torch
@@ -45,8 +48,37 @@ def _refusing_neuron(reduce):
     return reducer
 
 
+def _holds_neuron(obj, seen, depth=0):
+    """Whether `obj` holds a neuron tensor or storage: itself, or in its containers (lists,
+    tuples, sets, dicts) and objects' attributes, a few levels deep."""
+    if isinstance(obj, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)):
+        return obj.device.type == "neuron"
+    if depth > 6 or id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+        return False
+    seen.add(id(obj))
+    if isinstance(obj, dict):
+        return any(_holds_neuron(v, seen, depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return any(_holds_neuron(v, seen, depth + 1) for v in obj)
+    attributes = getattr(obj, "__dict__", None)
+    return isinstance(attributes, dict) and any(_holds_neuron(v, seen, depth + 1) for v in attributes.values())
+
+
+def _refusing_put(put):
+    def checked_put(self, obj, block=True, timeout=None):
+        if _holds_neuron(obj, set()):
+            raise RuntimeError(_SEND_ADVICE)
+        return put(self, obj, block, timeout)
+
+    checked_put.__doc__ = put.__doc__
+    checked_put._neuron = True
+    return checked_put
+
+
 def register():
     """Installs both; idempotent."""
+    if not getattr(multiprocessing.queues.Queue.put, "_neuron", False):
+        multiprocessing.queues.Queue.put = _refusing_put(multiprocessing.queues.Queue.put)
     if not getattr(torch.Tensor.__dlpack_device__, "_neuron", False):
         torch.Tensor.__dlpack_device__ = _dlpack_device_of(torch.Tensor.__dlpack_device__)
         torch.Tensor.__dlpack_device__._neuron = True
