@@ -11,7 +11,8 @@
 #include "NeuronGenerator.h"
 #include "Dtype64.h"
 #include "OpTracking.h"
-#include "kernels/ZeroCopy.h"
+#include "HostViews.h"
+#include "Launch.h"
 #include "runtime/metrics.h"
 
 namespace torch_neuron {
@@ -76,6 +77,15 @@ PYBIND11_MODULE(_C, m) {
   install_redirecting_cpu_allocator();
   m.doc() = "torch-neuron-sim: bridge between PyTorch and the simulated Neuron runtime";
   m.def("_init", [] { runtime(); });
+  // Note [Launches]: tests count what passes the seam, per path.
+  m.def("_count_launches", &count_launches, py::arg("on"));
+  m.def("_launch_counts", [] {
+    static const char* names[kLaunchPaths] = {"direct", "generic", "queued", "program", "collective", "copy"};
+    const auto counts = launch_counts();
+    py::dict result;
+    for (int i = 0; i < kLaunchPaths; ++i) result[names[i]] = counts[i];
+    return result;
+  });
   m.def("_is_in_bad_fork", [] { return neuron_rt::Runtime::in_bad_fork(); });
   m.def("_is_initialized", [] { return neuron_rt::Runtime::initialized(); });
   m.def("_quiesce_for_exit", &quiesce_for_exit, py::call_guard<py::gil_scoped_release>(),

@@ -4,6 +4,7 @@
 
 #include "HostWait.h"
 #include "NeuronAllocator.h"
+#include "Launch.h"
 #include "NeuronCommon.h"
 
 namespace torch_neuron {

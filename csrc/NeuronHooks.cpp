@@ -5,6 +5,7 @@
 
 #include <c10/core/DeviceGuard.h>
 
+#include "Launch.h"
 #include "NeuronCommon.h"
 #include "NeuronAllocator.h"
 #include "NeuronGenerator.h"

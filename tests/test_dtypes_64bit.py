@@ -240,3 +240,27 @@ def test_int64_convolution_the_cpu_computes_only_in_64_bits():
     got = F.conv1d(x.to("neuron"), w.to("neuron"), dilation=2)
     assert torch.equal(got.cpu(), F.conv1d(x, w, dilation=2))
     assert _C.width64_counts()["aten::convolution"] == {"32-bit form refused": 1}
+
+
+# Review 17, finding 1: operands that cover the same bytes with the same strides but are different
+# views ((n, 1) and its (1, n) transpose, (n, 1) and a (1, n) view) got one narrowed copy, so the
+# kernel computed col OP col: wrong shapes and values, silently. Each view gets its own copy.
+SAME_BYTES_OTHER_VIEW = {
+    "causal mask pos >= pos.T": lambda p: p >= p.T,
+    "relative positions pos.T - pos": lambda p: p.T - p,
+    "col - col.T (float64)": lambda p: (lambda d: d - d.T)(p.double()),
+    "lerp(col, col.T, .5) (float64)": lambda p: (lambda d: torch.lerp(d, d.T, 0.5))(p.double()),
+    "clamp(col, min=col.T)": lambda p: torch.clamp(p, min=p.T),
+    "col * col.view(1, -1)": lambda p: p * p.view(1, -1),
+    "where(col > 2, col, col.T) (float64)": lambda p: (lambda d: torch.where(d > 2, d, d.T))(p.double()),
+    "col + col (the same view: one copy)": lambda p: p + p,
+}
+
+
+@pytest.mark.parametrize("case", list(SAME_BYTES_OTHER_VIEW), ids=str)
+def test_views_over_the_same_bytes_get_their_own_narrowed_copies(case):
+    f = SAME_BYTES_OTHER_VIEW[case]
+    expected = f(torch.arange(5).unsqueeze(1))
+    got = f(torch.arange(5, device="neuron").unsqueeze(1))
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    assert torch.equal(got.cpu(), expected)

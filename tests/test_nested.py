@@ -1,5 +1,5 @@
 """Nested tensors on neuron against the CPU: the strided layout (NestedTensorImpl, Note [Nested
-tensors] in csrc/kernels/ZeroCopy.cpp: the CPU's nested kernels on host views of device
+tensors] in csrc/kernels/Generic.cpp: the CPU's nested kernels on host views of device
 memory), which nn.TransformerEncoder's and nn.MultiheadAttention's fast paths build, and the
 jagged layout (a Python subclass over neuron tensors) through attention and autograd."""
 import warnings

@@ -7,6 +7,7 @@
 #include "../NeuronCommon.h"
 #include "Executor.h"
 #include "Pointwise.h"
+#include "../kernels/DirectKernels.h"
 #include "../kernels/SmallMatmul.h"
 #include "runtime/program.h"
 #include "runtime/program_cache.h"
@@ -142,6 +143,17 @@ void bind_programs(py::module& m) {
   m.def("small_matmul_applies", &small_matmul_applies, py::arg("m"), py::arg("k"), py::arg("n"));
   m.def("small_matmul_calls", &small_matmul_calls);
   m.def("small_matmul_form", &small_matmul_form);
+  // Note [Direct kernels]: the table, and the ops the executor runs directly (tests compare them).
+  m.def("direct_ops", [] {
+    py::list table;
+    for (const DirectOp& op : direct_ops()) {
+      py::list eager;
+      for (const char* overload : op.eager) eager.append(overload);
+      table.append(py::make_tuple(op.op, eager, op.program, op.why_not));
+    }
+    return table;
+  });
+  m.def("program_direct_ops", &program_direct_ops);
   auto check_shapes = [](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const char* name) {
     TORCH_CHECK(out.device().is_cpu() && a.device().is_cpu() && b.device().is_cpu(), name, ": CPU tensors only");
     TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) && out.dim() == 2 && out.size(0) == a.size(0) &&

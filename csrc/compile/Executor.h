@@ -86,4 +86,7 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   uint64_t arena_marker_ = 0;
 };
 
+// The ops a program step runs through their direct kernel (Note [Direct kernels]).
+std::vector<std::string> program_direct_ops();
+
 }  // namespace torch_neuron

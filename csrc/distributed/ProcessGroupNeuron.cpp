@@ -28,7 +28,8 @@
 #include "../../runtime/error.h"
 #include "../NeuronAllocator.h"
 #include "../NeuronCommon.h"
-#include "../kernels/ZeroCopy.h"
+#include "../HostViews.h"
+#include "../Launch.h"
 
 namespace torch_neuron {
 namespace {

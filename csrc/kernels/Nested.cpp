@@ -1,6 +1,6 @@
 // Note [Nested tensors]
 // Nested tensors of the strided layout (NestedTensorImpl: one buffer, and per-component
-// sizes, strides and offsets held as CPU tensors) run on the zero-copy path (ZeroCopy.cpp): a
+// sizes, strides and offsets held as CPU tensors) run on the zero-copy path (kernels/Generic.cpp): a
 // neuron nested tensor becomes a CPU nested tensor over a host view of its buffer, the CPU's
 // nested kernel (NestedTensorCPU) runs, and a nested result comes back over device memory
 // with its metadata. nn.TransformerEncoder's and nn.MultiheadAttention's fast paths (eval,
@@ -17,7 +17,10 @@
 #include <torch/library.h>
 
 #include "../OpTracking.h"
-#include "ZeroCopy.h"
+#include "../HostViews.h"
+#include "../Launch.h"
+#include "Generic.h"
+#include "KernelBody.h"
 
 namespace torch_neuron {
 namespace {

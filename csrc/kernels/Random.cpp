@@ -22,7 +22,12 @@
 
 #include "../NeuronCommon.h"
 #include "../NeuronGenerator.h"
-#include "ZeroCopy.h"
+#include "../Dtype64.h"
+#include "../HostViews.h"
+#include "../Launch.h"
+#include "../OpTracking.h"
+#include "Generic.h"
+#include "KernelBody.h"
 
 namespace torch_neuron {
 
@@ -159,9 +164,11 @@ void draw(const char* name, const std::vector<at::Tensor>& operands, const Gener
     bytes += bytes_of(t);
   }
   if (!asynchronous() || runs_at_call_when_idle(bytes, device)) {
+    note_launch(LaunchPath::kDirect, name, device);
     body(views, draws);
     return;
   }
+  note_launch(LaunchPath::kQueued, name, device);
   enqueue_views(call, [body = std::move(body), views, draws]() { body(views, draws); });
 }
 

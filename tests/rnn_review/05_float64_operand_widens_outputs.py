@@ -1,7 +1,7 @@
 """Output dtypes of the SyncBatchNorm kernels when one operand is float64 and the input is
 float32. CUDA (Normalization.cu): batch_norm_elemt / batch_norm_backward_elemt return
 empty_like(input) (float32); batch_norm_gather_stats_with_counts returns mean/invstd in
-mean's dtype (float32). On neuron, run_kernel's 64-bit rule (ZeroCopy.cpp narrowed_body)
+mean's dtype (float32). On neuron, run_kernel's 64-bit rule (kernels/KernelBody.cpp narrowed_body)
 widens *every* float32 result to float64 as soon as any input was float64, overriding the
 kernels' own .to(input dtype). nn.SyncBatchNorm's Python converts the counts to the running
 statistics' dtype, so float64 running statistics with a float32 model give float64 mean/invstd

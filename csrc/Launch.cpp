@@ -1,0 +1,127 @@
+#include "Launch.h"
+
+#include <ATen/Config.h>
+#include <ATen/Parallel.h>
+#if AT_PARALLEL_OPENMP
+#include <omp.h>
+#endif
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+
+#include "HostViews.h"
+#include "HostWait.h"
+#include "NeuronLogging.h"
+#include "OpTracking.h"
+
+namespace torch_neuron {
+
+bool asynchronous() { return !runtime().launch_blocking(); }
+
+int64_t inline_bytes_limit() {
+  static const int64_t limit = [] {
+    const char* value = std::getenv("NEURON_SIM_INLINE_BYTES");
+    return value && *value ? std::max<int64_t>(0, std::atoll(value)) : int64_t(64) << 10;
+  }();
+  return limit;
+}
+
+bool runs_at_call_when_idle(int64_t bytes, c10::DeviceIndex device) {
+  const int64_t limit = inline_bytes_limit();
+  if (limit == 0 || bytes > limit) return false;  // 0: every op that can be queued is (also empty ones)
+  const neuron_rt::Stream& stream = current_stream(device);
+  return stream.query() && !stream.failure();
+}
+
+c10::DeviceIndex run_here_on(c10::DeviceIndex device) {
+  auto& rt = runtime();
+  if (device < 0) device = c10::DeviceIndex(rt.current_device());
+  NEURON_RT_CALL(rt.check_device(device));
+  if (!rt.launch_blocking()) synchronize_stream(current_stream(device));
+  return device;
+}
+
+neuron_rt::Stream& current_stream(c10::DeviceIndex device) {
+  auto& rt = runtime();
+  return NEURON_RT_CALL(rt.stream(device, rt.current_stream(device)));
+}
+
+void synchronize_stream(neuron_rt::Stream& stream) {
+  if (stream.query() && !stream.failure()) return;
+  if (log_enabled(LogLevel::kDebug)) {
+    const TrackedOp* op = current_op();
+    log(LogLevel::kDebug, "host waits for neuron:" + std::to_string(stream.device()) + " stream " +
+                              std::to_string(stream.id()) + (op ? " in " + op->name() : std::string()));
+  }
+  without_gil([&] { NEURON_RT_CALL(stream.synchronize()); });
+}
+
+int kernel_threads_setting() { return at::get_num_threads(); }
+
+void use_kernel_threads(const neuron_rt::Stream& stream, int threads) {  // Note [Kernel threads]
+  // Launch-blocking mode runs the task on the calling thread: its own setting stays.
+  if (!stream.is_current_worker()) return;
+#if AT_PARALLEL_OPENMP
+  omp_set_num_threads(stream.host_waiting() ? threads : std::max(1, threads - 1));  // this thread's own setting
+#endif
+}
+
+void enqueue_views(HostCall& call, std::function<void()> work) {
+  std::vector<neuron_rt::BufferRef> buffers;
+  for (auto& entry : call.views) buffers.push_back(buffer_ref_of(entry.second));
+  // No redirect in a queued kernel: its outputs are preallocated (their memory lent to it),
+  // and its scratch is host memory, so a queued kernel never needs device memory the
+  // enqueuing thread may have taken meanwhile (it could not wait for it: Note [Buffers]).
+  neuron_rt::Stream& stream = current_stream(call.device);
+  const int threads = kernel_threads_setting();
+  NEURON_RT_CALL(stream.enqueue([work = std::move(work), buffers = std::move(buffers), &stream, threads]() mutable {
+    use_kernel_threads(stream, threads);
+    neuron_rt::GuardScope guard;
+    for (auto& buffer : buffers) guard.add(buffer.get());
+    try {
+      work();
+    } catch (const c10::Error& error) {
+      throw std::runtime_error(error.what_without_backtrace());  // the stream keeps the message
+    }
+    work = nullptr;  // the views it holds go before the buffers they borrow from
+  }));
+}
+
+// ---- the seam -----------------------------------------------------------------------------
+
+namespace detail {
+std::atomic<LaunchObserver*> launch_observer{nullptr};
+}
+
+void set_launch_observer(LaunchObserver* observer) { detail::launch_observer.store(observer, std::memory_order_release); }
+
+namespace {
+class Counter final : public LaunchObserver {
+ public:
+  void on_launch(const Launch& launch) override {
+    counts_[size_t(launch.path)].fetch_add(1, std::memory_order_relaxed);
+  }
+  std::array<std::atomic<uint64_t>, kLaunchPaths> counts_{};
+};
+Counter& counter() {
+  static auto* instance = new Counter();  // never destroyed: launches may come during exit
+  return *instance;
+}
+}  // namespace
+
+void count_launches(bool on) {
+  if (on) {
+    for (auto& count : counter().counts_) count.store(0, std::memory_order_relaxed);
+  }
+  set_launch_observer(on ? &counter() : nullptr);
+}
+
+std::array<uint64_t, kLaunchPaths> launch_counts() {
+  std::array<uint64_t, kLaunchPaths> counts{};
+  for (int i = 0; i < kLaunchPaths; ++i) counts[i] = counter().counts_[i].load(std::memory_order_relaxed);
+  return counts;
+}
+
+}  // namespace torch_neuron
