@@ -6,6 +6,7 @@ loaded or raise when it runs, or run; the process must never crash.
 Usage: program_mutants.py CACHE_DIR SEED ROUNDS; prints one line per round before running it
 (the last line names the round of a crash) and a JSON summary at the end."""
 import copy
+import gc
 import json
 import random
 import sys
@@ -196,18 +197,25 @@ def main():
         except Exception:  # noqa: BLE001
             outcome["refused"] += 1
             continue
-        tensors = inputs_for(program)
-        if tensors is None:
-            outcome["refused"] += 1
-            continue
-        try:
-            results = loaded.run(tensors)
-            for t in results:
-                t.cpu()
-            torch.neuron.synchronize()
-            outcome["ran"] += 1
-        except Exception:  # noqa: BLE001  (an error of any kind is a refusal; only a crash is not)
-            outcome["failed"] += 1
+        # Twice, with fresh inputs, the first call's freed between: what a call leaves in the
+        # program (its arena, its fixed values) must not reach memory the next call does not own
+        # (Note [Fixed values keep their metadata]).
+        for call in range(2):
+            tensors = inputs_for(program)
+            if tensors is None:
+                outcome["refused"] += 1
+                break
+            try:
+                results = loaded.run(tensors)
+                for t in results:
+                    t.cpu()
+                torch.neuron.synchronize()
+                outcome["ran"] += call == 1
+            except Exception:  # noqa: BLE001  (an error of any kind is a refusal; only a crash is not)
+                outcome["failed"] += 1
+                break
+            del tensors, results
+            gc.collect()
     print(json.dumps(outcome), flush=True)
 
 

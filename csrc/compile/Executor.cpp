@@ -47,6 +47,9 @@ struct ProgramExecutor::Step {
   std::vector<size_t> tensor_lists;      // positions of tensor-list arguments (rebuilt per call)
   std::vector<int> outputs;              // value per return, -1 when unused
   bool lend = false;                     // the single output's memory is lent to the kernel
+  // Fixed values (arena, constants, views of them) the step may change in place: its outputs
+  // and the arguments its schema marks as written (Note [Fixed values keep their metadata]).
+  std::vector<int> fixed_writes;
   // The direct path: an at::cpu::*_out kernel on the values (null: through the dispatcher).
   std::function<void(const ProgramExecutor::Step&, const std::function<const at::Tensor&(int)>&)> direct;
 };
@@ -87,6 +90,15 @@ at::Tensor view_of(const at::Tensor& base, const neuron_rt::TensorSpec& spec) {
                                                           base.unsafeGetTensorImpl()->key_set(),
                                                           c10::scalarTypeToTypeMeta(scalar_type(spec.dtype)));
   tensor.unsafeGetTensorImpl()->set_sizes_and_strides(spec.sizes, spec.strides, spec.offset);
+  return tensor;
+}
+
+// Another TensorImpl with `t`'s storage and metadata, made without the dispatcher (the executor
+// is built while a compile's FakeTensorMode may be active).
+at::Tensor same_view(const at::Tensor& t) {
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(t.storage()), t.unsafeGetTensorImpl()->key_set(),
+                                                          t.dtype());
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   return tensor;
 }
 
@@ -533,7 +545,50 @@ void ProgramExecutor::build() {
         }
       }
     }
+    for (int id : node.outputs) {
+      if (id >= 0 && !per_call_[id]) step->fixed_writes.push_back(id);
+    }
+    for (const auto& slot : step->tensors) {
+      const auto& alias = schema.arguments()[slot.position].alias_info();
+      if (slot.value >= 0 && !per_call_[slot.value] && alias && alias->isWrite()) {
+        step->fixed_writes.push_back(slot.value);
+      }
+    }
     steps_.push_back(std::move(step));
+  }
+  pristine_.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (fixed_[i].defined()) pristine_[i] = same_view(fixed_[i]);
+  }
+}
+
+// Note [Fixed values keep their metadata]
+// The host views of fixed values (the arena's values, constants and views of them) are built
+// once and handed to every call's kernels. A step may write a fixed value's bytes, never its
+// storage or metadata: a step that replaced them (set_, as_strided_, resize_, an out= kernel
+// resizing its output) would carry a pointer into one call's input into the next call, after
+// that input was freed. After each step that may change a fixed value in place (its outputs and
+// the arguments its schema marks as written), the value's storage, offset, sizes and strides are
+// compared with the ones it was built with (a few integers per such value); a change restores
+// the value and fails the call with what the step did, before any later step can use it.
+void ProgramExecutor::check_fixed(const Step& step) {
+  for (int id : step.fixed_writes) {
+    const at::Tensor& now = fixed_[id];
+    const at::Tensor& built = pristine_[id];
+    const bool same = now.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl() ==
+                          built.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl() &&
+                      now.storage_offset() == built.storage_offset() && now.sizes() == built.sizes() &&
+                      now.strides() == built.strides() && now.scalar_type() == built.scalar_type();
+    if (same) continue;
+    const std::string was = c10::str(built.sizes(), " strides ", built.strides(), " offset ", built.storage_offset());
+    const bool moved = now.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl() !=
+                       built.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+    const std::string became = c10::str(now.sizes(), " strides ", now.strides(), " offset ", now.storage_offset(),
+                                        moved ? ", in another storage" : "");
+    fixed_[id] = same_view(built);
+    TORCH_CHECK(false, "program ", program_.name, ": step ", step.name, " replaced the storage or metadata of value ",
+                id, " (", was, " -> ", became, "), which lives in the program's own memory: a program may write ",
+                "a value's bytes, not change what it points at (the value is restored; the call is refused)");
   }
 }
 
@@ -654,6 +709,7 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
     } timed{times, &step.name, start};
     if (step.direct) {
       step.direct(step, get);
+      if (!step.fixed_writes.empty()) check_fixed(step);
       continue;
     }
     torch::jit::Stack stack = step.arguments;
@@ -698,6 +754,7 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
         step.op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
       }
     }
+    if (!step.fixed_writes.empty()) check_fixed(step);
     if (stack.size() == 1 && stack[0].isTensorList()) {  // one Tensor[] return (_foreach_*, split...)
       auto list = stack[0].toTensorList();
       stack.clear();
