@@ -29,7 +29,7 @@ namespace {
 // The flush: a zero-size backward on each device index, from a fresh thread (its TLS holds no
 // Python object), with the GIL released. The device thread runs tasks one at a time, so once
 // this backward ends, whatever it was dropping before is dropped. It waits behind any backward
-// still running (a daemon thread's, which may never end: review 13, finding 1): after
+// still running (a daemon thread's, which may never end): after
 // kFlushLimit the exit goes on without it, as it did before the flush existed.
 constexpr std::chrono::seconds kFlushLimit{5};
 

@@ -670,8 +670,7 @@ void ProgramExecutor::execute(RunState& state) {
   // active on the calling thread must not see them (as it does not see a CUDA graph's
   // kernels). AOTAutograd runs each compiled function's first call under one
   // (_AnalyzeCustomOpInputOutputMode), which turned the wrapped number an ATen kernel passes
-  // to another (bitwise_and.Scalar -> .Tensor) into a Python int: `x & 0xFF` failed (review 14,
-  // finding 6); a user's FlopCounterMode would count host ops.
+  // to another (bitwise_and.Scalar -> .Tensor) into a Python int (`x & 0xFF` would fail); a user's FlopCounterMode would count host ops.
   c10::impl::ExcludeDispatchKeyGuard no_python(
       c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
   if (kProfileSteps) {
