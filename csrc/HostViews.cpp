@@ -58,6 +58,7 @@ c10::Storage device_storage_for(const c10::Storage& cpu_storage, c10::DeviceInde
       std::memset(buffer->data(), 0, nbytes);
     }));
   } else if (nbytes) {
+    note_launch(LaunchPath::kCopy, "adopt a host result", device);
     NEURON_RT_CALL(neuron_rt::copy_host_to_device(current_stream(device), buffer, 0, impl->data(),
                                                   neuron_rt::BufferRef(), nbytes, /*blocking=*/true));
   }
@@ -195,6 +196,27 @@ void HostCall::sync_argument(const at::Tensor& original, const at::Tensor& view)
       impl->storage_offset() != view.storage_offset()) {
     impl->set_sizes_and_strides(view.sizes(), view.strides(), view.storage_offset());
   }
+}
+
+void enqueue_views(HostCall& call, std::function<void()> work) {
+  std::vector<neuron_rt::BufferRef> buffers;
+  for (auto& entry : call.views) buffers.push_back(buffer_ref_of(entry.second));
+  // No redirect in a queued kernel: its outputs are preallocated (their memory lent to it),
+  // and its scratch is host memory, so a queued kernel never needs device memory the
+  // enqueuing thread may have taken meanwhile (it could not wait for it: Note [Buffers]).
+  neuron_rt::Stream& stream = current_stream(call.device);
+  const int threads = kernel_threads_setting();
+  NEURON_RT_CALL(stream.enqueue([work = std::move(work), buffers = std::move(buffers), &stream, threads]() mutable {
+    use_kernel_threads(stream, threads);
+    neuron_rt::GuardScope guard;
+    for (auto& buffer : buffers) guard.add(buffer.get());
+    try {
+      work();
+    } catch (const c10::Error& error) {
+      throw std::runtime_error(error.what_without_backtrace());  // the stream keeps the message
+    }
+    work = nullptr;  // the views it holds go before the buffers they borrow from
+  }));
 }
 
 }  // namespace torch_neuron

@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/SmallVector.h>
 
+#include <functional>
 #include <utility>
 
 #include "NeuronAllocator.h"
@@ -63,5 +64,10 @@ struct HostCall {
   // Gives `original` the metadata the kernel set on its view (a resize of an out=).
   void sync_argument(const at::Tensor& original, const at::Tensor& view);
 };
+
+// Queues `work` on the current stream of `call.device` (the caller has noted the launch). The
+// task holds the buffers of every view the call made and opens them under the memory guard;
+// `work` must hold host views and fresh CPU tensors only (no tensor Python owns).
+void enqueue_views(HostCall& call, std::function<void()> work);
 
 }  // namespace torch_neuron

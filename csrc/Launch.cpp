@@ -11,7 +11,6 @@
 #include <atomic>
 #include <cstdlib>
 
-#include "HostViews.h"
 #include "HostWait.h"
 #include "NeuronLogging.h"
 #include "OpTracking.h"
@@ -66,27 +65,6 @@ void use_kernel_threads(const neuron_rt::Stream& stream, int threads) {  // Note
 #if AT_PARALLEL_OPENMP
   omp_set_num_threads(stream.host_waiting() ? threads : std::max(1, threads - 1));  // this thread's own setting
 #endif
-}
-
-void enqueue_views(HostCall& call, std::function<void()> work) {
-  std::vector<neuron_rt::BufferRef> buffers;
-  for (auto& entry : call.views) buffers.push_back(buffer_ref_of(entry.second));
-  // No redirect in a queued kernel: its outputs are preallocated (their memory lent to it),
-  // and its scratch is host memory, so a queued kernel never needs device memory the
-  // enqueuing thread may have taken meanwhile (it could not wait for it: Note [Buffers]).
-  neuron_rt::Stream& stream = current_stream(call.device);
-  const int threads = kernel_threads_setting();
-  NEURON_RT_CALL(stream.enqueue([work = std::move(work), buffers = std::move(buffers), &stream, threads]() mutable {
-    use_kernel_threads(stream, threads);
-    neuron_rt::GuardScope guard;
-    for (auto& buffer : buffers) guard.add(buffer.get());
-    try {
-      work();
-    } catch (const c10::Error& error) {
-      throw std::runtime_error(error.what_without_backtrace());  // the stream keeps the message
-    }
-    work = nullptr;  // the views it holds go before the buffers they borrow from
-  }));
 }
 
 // ---- the seam -----------------------------------------------------------------------------

@@ -27,8 +27,6 @@
 
 namespace torch_neuron {
 
-struct HostCall;
-
 // Where a launch comes from (Note [Launches]).
 enum class LaunchPath : uint8_t {
   kDirect,      // an eager op through its direct kernel at the call (kernels/Hot.cpp, Minimal.cpp, ...)
@@ -93,10 +91,6 @@ bool runs_at_call_when_idle(int64_t bytes, c10::DeviceIndex device);
 int kernel_threads_setting();
 void use_kernel_threads(const neuron_rt::Stream& stream, int threads);
 
-// Queues `work` on the current stream of `call.device` (the caller has noted the launch). The
-// task holds the buffers of every view the call made and opens them under the memory guard;
-// `work` must hold host views and fresh CPU tensors only (no tensor Python owns).
-void enqueue_views(HostCall& call, std::function<void()> work);
 
 // ---- the seam -----------------------------------------------------------------------------
 
