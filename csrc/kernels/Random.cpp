@@ -148,13 +148,14 @@ using Body = std::function<void(const std::vector<at::Tensor>& host, const Philo
 void draw(const char* name, const std::vector<at::Tensor>& operands, const Generator& generator, Body body) {
   const at::Tensor& out = operands[0];
   const c10::DeviceIndex device = random_device(out);
-  const PhiloxDraws draws = reserve_draws(generator, device, uint64_t(out.numel()));
   if (out.device().type() != kNeuron) {
-    body(operands, draws);
+    body(operands, reserve_draws(generator, device, uint64_t(out.numel())));
     return;
   }
+  // Operands checked before the words are taken: a refused call leaves the generator as it was.
   DeviceCheck check;
   for (const at::Tensor& t : operands) check.add(t, name);
+  const PhiloxDraws draws = reserve_draws(generator, device, uint64_t(out.numel()));
   HostCall call;
   call.device = device;
   std::vector<at::Tensor> views;
