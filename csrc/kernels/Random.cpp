@@ -755,5 +755,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("rrelu_with_noise.out", TORCH_FN(neuron_rrelu_with_noise_out));
 }
 
+// Shapes of the random ops PyTorch ships without a meta kernel. Without them FakeTensor runs the
+// real kernel while a graph is traced, taking words from the device's generator: the first
+// call of a compiled graph would then not draw what the same call draws after manual_seed.
+at::Tensor binomial_meta(const at::Tensor& count, const at::Tensor&, std::optional<at::Generator>) {
+  return at::empty_like(count, at::MemoryFormat::Contiguous);
+}
+at::Tensor sample_dirichlet_meta(const at::Tensor& alpha, std::optional<at::Generator>) {
+  return at::empty_like(alpha, at::MemoryFormat::Contiguous);
+}
+TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("binomial", TORCH_FN(binomial_meta));
+  m.impl("_sample_dirichlet", TORCH_FN(sample_dirichlet_meta));
+}
+
 }  // namespace
 }  // namespace torch_neuron
