@@ -1,5 +1,5 @@
 """Runs structurally mutated programs of real compiled graphs through the executor
-(tests/test_program_cache_security.py starts it in a child process, with device memory guarded,
+(tests/compile/test_program_cache_security.py starts it in a child process, with device memory guarded,
 so that a crash fails the test instead of the test run). A mutant must be refused when it is
 loaded or raise when it runs, or run; the process must never crash.
 

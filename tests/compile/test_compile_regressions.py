@@ -1,14 +1,27 @@
-"""The repros of the review of torch.compile(backend="neuron") (review 8), kept as regression
-tests: each script exits 0 when its finding is fixed (tests/compile_review/, one process
-each: several set the launch mode or start threads that could deadlock). 12-14 come from
-review 14: the 64-bit rule on ops with several results (widened each) and on views (never
-narrowed); 15 (review 14 too): a program's kernels are not seen by a Python dispatch mode
-(`x & 0xFF` failed under AOTAutograd's first-call check)."""
+"""The repro scripts in compile/regressions/, each run in its own process (several set the
+launch mode or start threads that could deadlock) with a fresh program cache; each exits 0
+while the behaviour it checks holds. The contracts they guard for torch.compile(backend="neuron"):
+- a program reads each call's inputs where they are: a view of an input follows the input's
+  storage offset, inputs that aliased at trace time are not assumed to alias later;
+- two threads (on one stream or two, launch-blocking or asynchronous) may run one compiled
+  function at once, also with a custom op whose Python kernel gives up the GIL;
+- random ops in a program draw from the neuron generator, in program order with the host's
+  draws (same values in asynchronous and launch-blocking mode), never from the CPU's;
+- a graph may return constants, CPU tensors and tensor lists, take CPU scalars and Python
+  numbers where the schema wants a tensor, and fail its backward's compile into the fallback;
+- the 64-bit rule compiled equals eager: ops with several results, view(dtype) and as_strided
+  of an offset view keep int64/float64;
+- the program loader rejects a sealed program whose arena slot is smaller than its tensor, and
+  a step never replaces a fixed value's storage or metadata (a program writes only its own memory)."""
+import os
+
 import pytest
 
-from conftest import review_repros, run_review_repro
+from conftest import regression_scripts, run_regression_script
+
+REGRESSIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "regressions")
 
 
-@pytest.mark.parametrize("script", review_repros("compile_review"))
-def test_review_finding_stays_fixed(script, tmp_path):
-    run_review_repro("compile_review", script, tmp_path)
+@pytest.mark.parametrize("script", regression_scripts(REGRESSIONS))
+def test_regression_stays_fixed(script, tmp_path):
+    run_regression_script(os.path.join(REGRESSIONS, script), tmp_path)

@@ -20,7 +20,7 @@ import torch
 import torch_neuronx
 from torch_neuron_sim import _C
 
-from conftest import TESTS, run_python
+from conftest import run_python
 
 OTHER_UID = 65534
 
@@ -263,7 +263,7 @@ def test_mutated_programs_never_crash_the_executor(tmp_path):
     # strides, offset, dtype; a node's op, arguments, outputs; inputs, outputs, the arena),
     # loaded and run with device memory guarded: each is refused, raises, or runs.
     env = dict(os.environ, NEURON_SIM_MEMORY_GUARD="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
-    result = subprocess.run([sys.executable, "-X", "faulthandler", os.path.join(TESTS, "program_mutants.py"),
+    result = subprocess.run([sys.executable, "-X", "faulthandler", os.path.join(os.path.dirname(os.path.abspath(__file__)), "program_mutants.py"),
                              str(tmp_path / "neff"), "7", "1500"], env=env, capture_output=True, text=True,
                             timeout=900)
     last = (result.stdout.strip().splitlines() or ["(no output)"])[-1]

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from conftest import TESTS
 
 
 def test_feature_suites_pass_in_asynchronous_mode():
@@ -13,12 +13,12 @@ def test_feature_suites_pass_in_asynchronous_mode():
     # test` also runs the guarded subset with every op queued (NEURON_SIM_INLINE_BYTES=0), as
     # do the queue-machinery cases of test_async_faults.py.
     env = dict(os.environ, NEURON_LAUNCH_BLOCKING="0")
-    suites = ["test_ops.py", "test_autograd_amp.py", "test_memory.py", "test_rng.py",
-              "test_threads_fork.py", "test_generate.py::test_forward_logits_match_cpu"]
+    suites = ["kernels/test_ops.py", "device/test_autograd_amp.py", "device/test_memory.py", "kernels/test_rng.py",
+              "device/test_threads_fork.py", "device/test_generate.py::test_forward_logits_match_cpu"]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         *[os.path.join(HERE, s) for s in suites], "-k", "llama or not generate"],
-        env=env, capture_output=True, text=True, timeout=600, cwd=HERE)
+         *[os.path.join(TESTS, s) for s in suites], "-k", "llama or not generate"],
+        env=env, capture_output=True, text=True, timeout=600, cwd=TESTS)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 

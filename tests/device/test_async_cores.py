@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from conftest import ROOT
 
 
 def idle_poll(**env):
@@ -33,7 +33,7 @@ def test_bench_decode_modes_reports_a_failing_child():
     # in a child: importing bench sets OMP_NUM_THREADS for the process
     code = ("import sys; sys.path.insert(0, %r); import bench\n"
             "try:\n    bench.decode_modes('no_such_dtype', 2, 1)\n"
-            "except RuntimeError as e:\n    print(e)\n") % os.path.join(HERE, "..", "bench")
+            "except RuntimeError as e:\n    print(e)\n") % os.path.join(ROOT, "bench")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert "decode_mode.py (no_such_dtype, NEURON_LAUNCH_BLOCKING=0) failed to start" in out.stdout, out.stderr[-2000:]
     assert "AttributeError" in out.stdout and "no_such_dtype" in out.stdout

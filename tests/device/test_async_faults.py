@@ -11,7 +11,7 @@ from conftest import run_python
 
 # Every op that can be queued is queued (NEURON_SIM_INLINE_BYTES=0): these cases test the
 # queue itself, and small ops on an idle stream would otherwise run at the call (Note [Small
-# ops on an idle stream], tests/test_async.py).
+# ops on an idle stream], tests/device/test_async.py).
 ASYNC = {"NEURON_LAUNCH_BLOCKING": "0", "NEURON_SIM_INLINE_BYTES": "0"}
 FAIL_ON_WORKER = """
 import torch, torch_neuronx, threading, os

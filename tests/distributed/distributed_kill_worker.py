@@ -1,4 +1,4 @@
-"""One rank of tests/test_distributed_kill.py: a plain process (RANK, WORLD_SIZE, LOCAL_RANK,
+"""One rank of tests/distributed/test_distributed_kill.py: a plain process (RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR, MASTER_PORT set by the test; not torchrun, whose agent would stop the survivor
 when its peer dies). The test SIGKILLs one rank once it wrote OUT_DIR/started<rank>; the other
 rank must fail, name the collective, clean up and exit.

@@ -1,4 +1,4 @@
-"""One rank of the two-"host" test (tests/test_distributed_multihost.py): each rank runs under
+"""One rank of the two-"host" test (tests/distributed/test_distributed_multihost.py): each rank runs under
 its own `torchrun --nnodes 2 --nproc-per-node 1` inside its own network namespace, the two
 namespaces joined by a veth pair, so every byte between the ranks crosses that veth.
 

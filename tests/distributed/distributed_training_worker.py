@@ -1,5 +1,5 @@
-"""One rank of a distributed training test (tests/test_distributed_training.py starts it under
-torchrun; the style of tests/distributed_worker.py).
+"""One rank of a distributed training test (tests/distributed/test_distributed_training.py starts it under
+torchrun; the style of tests/distributed/distributed_worker.py).
 
     distributed_training_worker.py ddp OUT_DIR      DDP of a tiny Llama on neuron (backend "neuron"),
                                                     and its comm hooks (PowerSGD, fp16/bf16
@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))  # tests/: tiny_models.py
 from distributed_report import RESULTS, check, write  # noqa: E402
 
 NEURON = torch.device("neuron")

@@ -1,4 +1,4 @@
-"""DTensor random ops on a neuron mesh, one rank of it (tests/test_dtensor_random.py runs it under
+"""DTensor random ops on a neuron mesh, one rank of it (tests/distributed/test_dtensor_random.py runs it under
 torchrun with the c10d backend "neuron"): every check's outcome goes to <out_dir>/rank<r>.json.
 
 DTensor's promise (torch/distributed/tensor/_random.py): a random op on a DTensor gives the

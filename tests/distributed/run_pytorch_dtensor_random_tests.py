@@ -1,6 +1,6 @@
 """Runs PyTorch's own DTensor random tests (test/distributed/tensor/test_random_ops.py of PyTorch's
 sources, which the wheel does not ship) on the neuron device, one rank of a torchrun launch:
-    torchrun --nproc-per-node=4 tests/run_pytorch_dtensor_random_tests.py <test_random_ops.py> <out_dir>
+    torchrun --nproc-per-node=4 tests/distributed/run_pytorch_dtensor_random_tests.py <test_random_ops.py> <out_dir>
 (--nproc-per-node=8 with NEURON_LOGICAL_NC_CONFIG=1, 8 cores, for the 3-D mesh test)
 
 PyTorch's harness (DTensorTestBase) spawns its own processes and accepts only its known

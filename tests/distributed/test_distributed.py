@@ -1,7 +1,7 @@
 """The c10d backend "neuron" (Note [ProcessGroupNeuron]): two ranks under torchrun, every
 collective against Gloo on CPU tensors, faults, and tensor-parallel generation.
 
-The ranks run tests/distributed_worker.py; each writes its checks to a JSON file, which the
+The ranks run tests/distributed/distributed_worker.py; each writes its checks to a JSON file, which the
 tests below read (one launch per scenario keeps the file's time down)."""
 import json
 import os

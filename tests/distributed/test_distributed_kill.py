@@ -6,7 +6,7 @@ next collective on the broken group must fail too; `dist.destroy_process_group()
 and the survivor's process must exit.
 
 Two plain processes (not torchrun: its agent would stop the survivor when the other rank
-dies) run tests/distributed_kill_worker.py; each writes OUT_DIR/started<rank> once it is in
+dies) run tests/distributed/distributed_kill_worker.py; each writes OUT_DIR/started<rank> once it is in
 its loop, and the test then kills one. The killed rank is not reaped until the survivor has
 exited (a zombie meanwhile, as under launchers that wait for rank 0 first): a dead peer must be
 noticed all the same. Both transports are covered: shared memory (the default between ranks of

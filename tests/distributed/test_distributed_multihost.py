@@ -9,7 +9,7 @@ otherwise skipped. The namespaces (and the veth with them) are named per run and
 the fixture's finalizer, after the processes left in them are killed; namespaces an aborted
 run left behind (their creator gone, nothing running in them) are deleted at the next run.
 
-The ranks run tests/distributed_multihost_worker.py; one launch checks the collectives and
+The ranks run tests/distributed/distributed_multihost_worker.py; one launch checks the collectives and
 then tensor-parallel generation, and writes each rank's checks to a JSON file. Further tests:
 two processes per host (each host's pair on shared memory, the world on Gloo), and a network
 partition (the veth taken down mid-allreduce: only the timeout can end it; and abort)."""

@@ -1,29 +1,37 @@
-"""The repros of the review of the distributed change (review 9), kept as regression tests:
-each script (tests/dist_review/, two ranks spawned by _harness.py) exits 0 when its finding is
-fixed. 01: a reduce-scatter's future completes without wait(); 02: a future callback that runs
-another collective and waits for it (PowerSGD's hook) does not deadlock; 03: a wait() that
-timed out does not leave AVG's sum undivided; 04: all_gather_into_tensor into a flat output
-(Accelerate's gather) on Gloo; 05: PowerSGD over several buckets issues its collectives in one
-order on every rank; 06: a group freed (by DDP) after destroy_process_group does not hang.
-(04-06 come from the helpers that wrote the training and multi-host tests.) 07-11: the second review
-(review 9b): zero-copy after a peer failed, completed works pinning tensors, a failed rank's counter
-running ahead, a preposted irecv holding up collectives, the transport chosen by layout; 12: a
-PREMUL_SUM reduce_scatter of a transposed input; 13: memory a failed zero-copy call lent to a
-peer still writing into it is not given to a new tensor; 14: asynchronous collectives of two groups
-issued in different orders (review 9b, finding 6) and the futures' users ordered by events; 15: a
-transport thread never waits for the GIL (the intermittent PowerSGD failure of issue 9). 16-17: the
-third review (review 10): groups sharing a communication stream; torch.manual_seed waiting for
-the collectives of every group; 18: review 10, finding 4 (releases piling up threads); 19: a
-point-to-point work's `then` callback dropped after Python began finalizing (std::terminate at exit).
-About 2.5 minutes of 2-rank launches with deliberate timeouts: `make test-distributed` runs them
-(keeping `make test` shorter, issue 9)."""
+"""The repro scripts in distributed/regressions/, each run in its own process that starts 2 or 4
+ranks (_two_ranks_spawned.py: a function on 2 ranks; _two_rank_scripts.py: a child script on 2
+ranks; _ranks_on_fake_hosts.py: ranks pretending to be on the hosts a layout names); each exits
+0 while the behaviour it checks holds. The contracts they guard for the "neuron" process group:
+- every Work's future completes without wait(), also for reduce-scatter and point-to-point, and
+  a future callback may issue a collective and wait for it (PowerSGD's hook);
+- a wait() that timed out fails the Work and leaves no half-finished result (AVG undivided);
+- all ranks take the same path for a call (the transport is chosen from facts every rank
+  shares) and issue collectives in one order (PowerSGD over several buckets), while
+  asynchronous collectives of two groups may be issued in different orders;
+- a failed group fails every later call: a late rank never writes into a failed peer's output,
+  a failed rank's counter does not run ahead, memory lent to a peer is not reused, a failure
+  inside one host reaches the other hosts at once, abort() and the deadline end a step across
+  hosts, a group name reused after destroy gets its own store prefix;
+- completed works do not pin their tensors; transport threads never wait for the GIL and
+  releases do not pile up threads; each group has its own communication stream and
+  torch.manual_seed does not wait for collectives;
+- a group freed after destroy_process_group, and a process exiting with pending works,
+  callbacks, daemon threads in a backward or point-to-point futures in later atexit handlers,
+  neither hang nor abort;
+- hierarchical collectives give flat values for every host layout, reduce op, dtype and root.
+About 3 minutes of launches with deliberate timeouts: they carry `distributed_extra`, so `make
+test-distributed` runs them and `make test` does not."""
+import os
+
 import pytest
 
-from conftest import review_repros, run_review_repro
+from conftest import regression_scripts, run_regression_script
 
 pytestmark = pytest.mark.distributed_extra
 
+REGRESSIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "regressions")
 
-@pytest.mark.parametrize("script", review_repros("dist_review"))
-def test_review_finding_stays_fixed(script, tmp_path):
-    run_review_repro("dist_review", script, tmp_path)
+
+@pytest.mark.parametrize("script", regression_scripts(REGRESSIONS))
+def test_regression_stays_fixed(script, tmp_path):
+    run_regression_script(os.path.join(REGRESSIONS, script), tmp_path)

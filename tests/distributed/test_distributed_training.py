@@ -3,8 +3,8 @@ DDP (and its comm hooks), FSDP2, DTensor on a 2-D mesh (4 ranks), transformers' 
 `accelerate test`. Every result is compared with the same training on one device (the CPU),
 or with the same collective computed locally; no result is hard-coded.
 
-The ranks run tests/distributed_training_worker.py; each writes its checks to a JSON file
-(the style of tests/test_distributed.py: one launch per scenario keeps the file's time down).
+The ranks run tests/distributed/distributed_training_worker.py; each writes its checks to a JSON file
+(the style of tests/distributed/test_distributed.py: one launch per scenario keeps the file's time down).
 The 4-rank tests are marked `distributed4`; they, the asynchronous/Gloo-transport mode and the Gloo
 run of `accelerate test` are also `distributed_extra` (`make test-distributed`), so that the
 default run stays short."""

@@ -1,8 +1,8 @@
 """DTensor random ops on neuron meshes (issue 26): the same values as one device with the same
 seed, on a 1-D mesh (2 ranks) and a 2-D mesh (2 x 2, 4 ranks), under torchrun with the c10d
-backend "neuron" (tests/dtensor_random_worker.py says what each check compares). Also
+backend "neuron" (tests/distributed/dtensor_random_worker.py says what each check compares). Also
 PyTorch's own DTensor random tests, when a copy of them is given (they are in PyTorch's
-sources, not in the wheel): tests/run_pytorch_dtensor_random_tests.py."""
+sources, not in the wheel): tests/distributed/run_pytorch_dtensor_random_tests.py."""
 import json
 import os
 import subprocess

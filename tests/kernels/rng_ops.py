@@ -1,4 +1,4 @@
-"""Every random op of ATen a user reaches, as calls on the neuron device (tests/test_rng.py runs
+"""Every random op of ATen a user reaches, as calls on the neuron device (tests/kernels/test_rng.py runs
 them eagerly, in asynchronous mode and compiled). Each entry: name -> function(device) that
 draws and returns a tensor (or a tuple of them); `generator=` entries take a generator too."""
 import torch

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repo: conformance/
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # the repo: conformance/
 from conformance import opinfo_sweep as sweep  # noqa: E402
 
 # Representative ops: elementwise, matmul family, reductions, normalisation, indexing,

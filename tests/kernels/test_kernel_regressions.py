@@ -1,19 +1,32 @@
-"""The repros of review 15 (small bfloat16 matmuls through oneDNN's brgemm kernel, Note [Small
-bfloat16 matmuls]), kept as regression tests: each script exits 0 when its finding is fixed
-(tests/matmul_review/, one process each: they set oneDNN's flag and the thread count).
-01: with torch.backends.mkldnn.flags(enabled=False) the kernel raised (ATen's brgemm refuses
-to run) where at::mm computes; 02: a shape's verdict ignored the intra-op thread count, which
-changes at::mm's bits for some shapes (32x768x31). From review 15b: 03, oneDNN turned off by
-the host while a queued bf16 mm ran on the stream worker failed the stream (ATen's brgemm
-checks the flag per call); 04, a verdict taken while oneDNN was off for a moment stayed "no".
-From review 16 (the direct form for CPUs without AMX): 05, the once-per-process answer whether the
-kernel runs at all was kept as "none" when oneDNN was off for a moment during its trial; 06, a
-narrow weight with a long K made the kernel pack and keep a buffer of 128 bytes per element of K."""
+"""The repro scripts in kernels/regressions/, each run in its own process (they set oneDNN's
+flag and the thread count, watch for a crash of a child, or start from a fresh Dynamo); each
+exits 0 while the behaviour it checks holds. The contracts they guard:
+- small bfloat16 matmuls (Note [Small bfloat16 matmuls]) give at::mm's bits whatever the host
+  does meanwhile: oneDNN turned off (for good or for a moment, also while a queued product runs
+  or while the once-per-process trial runs) and any intra-op thread count; a narrow weight with
+  a long K neither slows down nor keeps a buffer per element of K;
+- the recurrent and SyncBatchNorm kernels keep CUDA's contracts: shapes and devices checked
+  (a wrong workspace raises, never crashes; `out` and CPU operands on the wrong device raise),
+  output dtypes and layouts as CUDA's, a single running statistic updated alone, and a
+  compiled LSTM without an initial state trains;
+- mixing float64 with float32 operands raises where CPU and CUDA raise.
+The small-matmul repros carry the marker `small_matmul`: `make test-cpu-variants` runs them
+again with oneDNN limited to other CPUs' instruction sets."""
+import os
+
 import pytest
 
-from conftest import review_repros, run_review_repro
+from conftest import regression_scripts, run_regression_script
+
+REGRESSIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "regressions")
+SMALL_MATMUL = {"mkldnn_disabled_raises.py", "probe_ignores_thread_count.py", "mkldnn_toggle_during_queued_mm.py",
+                "transient_flag_caches_false_verdict.py", "form_caches_none_after_transient_flag.py",
+                "narrow_long_weights_slow_and_memory.py"}
+assert SMALL_MATMUL <= set(regression_scripts(REGRESSIONS)), "a small-matmul repro was renamed or removed"
 
 
-@pytest.mark.parametrize("script", review_repros("matmul_review"))
-def test_review_finding_stays_fixed(script, tmp_path):
-    run_review_repro("matmul_review", script, tmp_path)
+@pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.small_matmul) if s in SMALL_MATMUL else s
+                                    for s in regression_scripts(REGRESSIONS)])
+def test_regression_stays_fixed(script, tmp_path):
+    run_regression_script(os.path.join(REGRESSIONS, script), tmp_path)
+

@@ -1,13 +1,14 @@
-"""Shared by tests/test_migrate_*.py: workload files written into a temporary folder and
+"""Shared by tests/migrate/test_migrate_*.py: workload files written into a temporary folder and
 neuron-migrate runs made in-process through its command-line entry point."""
 import json
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "python"))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository
+sys.path.insert(0, os.path.join(ROOT, "python"))
 DATA = os.path.join(HERE, "data", "migrate")
-DEMO_MODEL = os.path.normpath(os.path.join(HERE, "..", "demo", "model"))
+DEMO_MODEL = os.path.join(ROOT, "demo", "model")
 QWEN_27B = os.path.join(HERE, "data", "qwen3_5_27b")
 
 from neuron_migrate.cli import main  # noqa: E402

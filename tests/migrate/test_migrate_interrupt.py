@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from migrate_helpers import DATA, HERE, write
+from migrate_helpers import DATA, ROOT, write
 
 
 def test_sigint_leaves_a_readable_partial_report(tmp_path):
@@ -26,7 +26,7 @@ requests = 100000
 enabled = false
 """)
     out = tmp_path / "r"
-    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "python"), HF_HUB_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), HF_HUB_OFFLINE="1")
     process = subprocess.Popen([sys.executable, "-m", "neuron_migrate", "run", path, "--out", str(out),
                                 "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     report_path = out / "report.json"

@@ -5,9 +5,9 @@ import os
 import subprocess
 import sys
 
-from migrate_helpers import HERE
+from migrate_helpers import ROOT
 
-PACKAGE = os.path.join(HERE, "..", "python", "neuron_migrate")
+PACKAGE = os.path.join(ROOT, "python", "neuron_migrate")
 
 
 def test_no_module_imports_the_simulator():
@@ -28,8 +28,8 @@ def test_fit_runs_without_the_neuron_device():
     # with the device autoload off and torch_neuronx unimportable, the CPU-only parts still work
     code = ("import sys; sys.modules['torch_neuronx'] = None; sys.modules['torch_neuron_sim'] = None\n"
             "from neuron_migrate.cli import main\n"
-            f"raise SystemExit(main(['fit', {os.path.join(HERE, '..', 'demo', 'model')!r}, '--platform', 'trn2', '--json']))")
-    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", PYTHONPATH=os.path.join(HERE, "..", "python"),
+            f"raise SystemExit(main(['fit', {os.path.join(ROOT, 'demo', 'model')!r}, '--platform', 'trn2', '--json']))")
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", PYTHONPATH=os.path.join(ROOT, "python"),
                HF_HUB_OFFLINE="1")
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

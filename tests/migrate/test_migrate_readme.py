@@ -5,12 +5,12 @@ added or gone, an answer that became "not available" or "not measured" fails her
 import os
 import sys
 
-from migrate_helpers import HERE, run
+from migrate_helpers import ROOT, run
 
-sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import update_docs  # noqa: E402
 
-WORKLOAD = os.path.join(HERE, "..", "demo", "migrate", "workload.toml")
+WORKLOAD = os.path.join(ROOT, "demo", "migrate", "workload.toml")
 
 
 def test_readme_summary_has_the_shape_of_a_fresh_run(tmp_path):

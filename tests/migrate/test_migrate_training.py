@@ -181,7 +181,7 @@ def test_restart_child_does_not_outlive_a_killed_run(tmp_path):
     import sys
     import time
 
-    from migrate_helpers import HERE
+    from migrate_helpers import ROOT
     path = write(tmp_path, "w.toml", f"""
 [workload]
 name = "orphan"
@@ -199,7 +199,7 @@ seq_len = 8
 [compile]
 enabled = false
 """)
-    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "python"), HF_HUB_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), HF_HUB_OFFLINE="1")
     run_process = subprocess.Popen([sys.executable, "-m", "neuron_migrate", "run", path, "--on", "cpu",
                                     "--baseline", "cpu", "--out", str(tmp_path / "r"), "--no-progress"], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,4 +1,4 @@
-"""Inputs that alias at compile time are baked into the program as views of one another:
+"""Review 8, finding 2. Inputs that alias at compile time are baked into the program as views of one another:
 later calls with independent tensors read input 0's memory for input 1 (silent wrong
 result), in this process and, through the disk cache, in others.
 

@@ -1,4 +1,4 @@
-"""05 (pre-existing, not introduced by 0c295a2): torch.as_strided of an int64 view with a storage
+"""Review 14, finding 5 (pre-existing, not introduced by 0c295a2): torch.as_strided of an int64 view with a storage
 offset gives wrong values compiled: for base (3, 4) and x = base[1:], as_strided(x, (2, 2),
 (1, 1), 4) * 3 reads base's storage from element 4 in eager, but the compiled graph narrows
 as_strided: it is applied to a fresh int32 copy of x (offset 0, 8 elements), so offset 4 reads

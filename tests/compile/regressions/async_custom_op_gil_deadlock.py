@@ -1,4 +1,4 @@
-"""Async mode: a compiled graph containing a custom op with a Python kernel deadlocks the
+"""Review 8, finding 4. Async mode: a compiled graph containing a custom op with a Python kernel deadlocks the
 next generator call (torch.manual_seed, get_rng_state, torch.utils.checkpoint, ...).
 
 The whole program is queued as one task (csrc/compile/Executor.cpp:434-449); the custom

@@ -1,4 +1,4 @@
-"""Async mode: two threads calling one compiled function on different streams deadlock.
+"""Review 8, finding 3. Async mode: two threads calling one compiled function on different streams deadlock.
 
 ProgramExecutor::run (csrc/compile/Executor.cpp:412-421) takes the executor's mutex while
 holding the GIL, then (other stream still using the arena) waits in synchronize_stream,

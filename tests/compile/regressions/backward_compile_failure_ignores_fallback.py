@@ -1,4 +1,4 @@
-"""Fallback execution does not cover backward graphs: AOTAutograd compiles the backward
+"""Review 8, finding 9. Fallback execution does not cover backward graphs: AOTAutograd compiles the backward
 lazily, at the first .backward(), outside the try of neuron_backend (backend.py:236-256), so
 a backward graph that fails to compile raises its raw internal error (here IndexError from
 lowering.py:238) even with TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0, and without it the

@@ -1,4 +1,4 @@
-"""Default (launch-blocking) mode, same root cause as 03: run() holds the executor mutex
+"""Review 8, finding 3 (launch-blocking part). Default (launch-blocking) mode, same root cause as async_two_streams_deadlock.py: run() holds the executor mutex
 while a step can give up the GIL. Here a custom op with a Python kernel runs inside the
 program (Executor.cpp:387); the interpreter hands the GIL to a second thread, which enters
 run() and blocks on the mutex holding the GIL, and the first thread can never get the GIL

@@ -1,4 +1,4 @@
-"""Random factory ops in a compiled graph draw from the CPU generator, not the neuron one.
+"""Review 8, finding 5. Random factory ops in a compiled graph draw from the CPU generator, not the neuron one.
 
 aten.rand / randn / rand_like / randint / randperm (.default overloads) have no Generator
 argument, and the executor turns their device=neuron argument into device=cpu

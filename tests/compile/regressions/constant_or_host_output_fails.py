@@ -1,4 +1,4 @@
-"""Graphs that return a constant (folded) tensor or a host (CPU) tensor compile, then fail
+"""Review 8, finding 6. Graphs that return a constant (folded) tensor or a host (CPU) tensor compile, then fail
 on every call with "output value N is not backed by an input or an output".
 
 lowering.py:280-295 (_outputs) turns only ARENA roots into OUTPUT; a returned CONSTANT root

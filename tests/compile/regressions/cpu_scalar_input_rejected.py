@@ -1,4 +1,4 @@
-"""A CPU tensor input (here a 0-dim CPU scalar, which eager neuron code accepts, e.g. an
+"""Review 8, finding 7. A CPU tensor input (here a 0-dim CPU scalar, which eager neuron code accepts, e.g. an
 optimizer's step/lr tensor) compiles, then every call fails.
 
 lowering.py:82-83,218 marks such an input on_host and the executor has host-value paths,

@@ -1,4 +1,4 @@
-"""A compiled graph that views an input reads the wrong memory when the input's storage
+"""Review 8, finding 1. A compiled graph that views an input reads the wrong memory when the input's storage
 offset differs from the one it was compiled with (silent wrong result).
 
 Lowering (python/torch_neuron_sim/compile/lowering.py:95-98, 242-251) records an in-graph

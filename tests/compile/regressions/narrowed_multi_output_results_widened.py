@@ -1,4 +1,4 @@
-"""03 (pre-existing, not introduced by 0c295a2): a narrowed op with several results (max.dim,
+"""Review 14, finding 3 (pre-existing, not introduced by 0c295a2): a narrowed op with several results (max.dim,
 min.dim, topk, native_layer_norm, ...) keeps its 32-bit results: compiled code returns int32
 where eager returns int64, and a float64 LayerNorm model cannot train compiled (its forward
 graph saves float32 activations for a backward graph traced with float64).

@@ -9,7 +9,7 @@ execute_steps (Executor.cpp:587) hands those same TensorImpls to every call's ke
 check_result (Executor.cpp:198-211) only checks that the result lies inside its (new)
 storage, and the loader (runtime/program.cpp check_program) cannot know op semantics. The
 fuzzers do not catch it: runtime/fuzz's property is checked in a model of the executor
-(program_fuzzing.h), and tests/program_mutants.py runs each mutant in one call. With
+(program_fuzzing.h), and tests/compile/program_mutants.py runs each mutant in one call. With
 NEURON_SIM_MEMORY_GUARD=1 the second call below dies with SIGSEGV; without it a tensor the
 program never saw is overwritten. Issue 23 item 9: "a well-formed but hostile program can
 neither read nor write outside its own buffers".

@@ -1,4 +1,4 @@
-"""06 (pre-existing, unrelated to both changes; found while testing): `x & 0xFF` compiles but
+"""Review 14, finding 6 (pre-existing, unrelated to both changes; found while testing): `x & 0xFF` compiles but
 fails at run time: NEFFExecutionError "aten::bitwise_and() Expected a value of type 'Tensor'
 for argument 'other' but instead found type 'int'" (int32 and int64, also with
 NEURON_SIM_NATIVE_64BIT=1). The ATen graph has aten.bitwise_and.Tensor(x, 255): a Python number

@@ -1,4 +1,4 @@
-"""The program loader accepts a sealed program whose arena slot is smaller than its tensor;
+"""Review 8, finding 11. The program loader accepts a sealed program whose arena slot is smaller than its tensor;
 running it writes past the arena into other live tensors.
 
 decode_program (runtime/program.cpp:231-258) checks that a slot lies inside the arena

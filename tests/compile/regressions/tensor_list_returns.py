@@ -1,4 +1,4 @@
-"""Ops that return Tensor[] (the _foreach_* family, unsafe_split, ...) cannot be lowered:
+"""Review 8, finding 8. Ops that return Tensor[] (the _foreach_* family, unsafe_split, ...) cannot be lowered:
 lowering.py:256 zips the schema's returns (one `Tensor[]`) with the list of results, so only
 element 0 gets a value and `operator.getitem(result, 1)` raises IndexError (lowering.py:238).
 The executor also skips list returns (csrc/compile/Executor.cpp:391, `!stack[r].isTensor()`),

@@ -1,4 +1,4 @@
-"""04 (pre-existing, not introduced by 0c295a2): `x.view(dtype)` (aten.view.dtype) of an int64
+"""Review 14, finding 4 (pre-existing, not introduced by 0c295a2): `x.view(dtype)` (aten.view.dtype) of an int64
 tensor is narrowed like an arithmetic op: compiled `x.view(torch.int32)` of a (3, 4) int64 tensor
 gives a (3, 4) tensor (the int32 copy's values + 1: 45, 40, 34, ...) where eager gives the
 (3, 8) bit view + 1 (45, 1, 40, 1, ...: low and high halves). Same with the whole-graph propagation.

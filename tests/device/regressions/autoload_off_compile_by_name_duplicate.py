@@ -1,4 +1,4 @@
-"""Pre-existing (also before 09e3ce7; the same path is now the main one): with
+"""Review 12, finding 3. Pre-existing (also before 09e3ce7; the same path is now the main one): with
 TORCH_DEVICE_BACKEND_AUTOLOAD=0 and no explicit `import torch_neuronx`, the first
 torch.compile(..., backend="neuron") makes Dynamo load the torch_dynamo_backends entry point;
 loading it imports torch_neuronx, whose register() sees torch._dynamo loaded and registers

@@ -1,4 +1,4 @@
-"""torch.compile(m, backend=torch_neuronx.neuron_dynamo_backend.create_neuron_backend()) (the
+"""Review 12, finding 2. torch.compile(m, backend=torch_neuronx.neuron_dynamo_backend.create_neuron_backend()) (the
 callable, as AWS's API hands it out) before anything looked "neuron" up by name: since 09e3ce7
 the function is not in Dynamo's registry (_COMPILER_FNS) until lookup_backend("neuron") loads
 the entry point, so Dynamo's _is_registered_backend() says False, treats it as a user's custom

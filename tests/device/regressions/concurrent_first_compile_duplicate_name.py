@@ -1,4 +1,4 @@
-"""Two threads that call torch.compile(..., backend="neuron") for the first time in a process
+"""Review 12, finding 1. Two threads that call torch.compile(..., backend="neuron") for the first time in a process
 (a server warming two models; a thread pool) race in Dynamo's lookup_backend: both see
 "neuron" not yet in _COMPILER_FNS, both load the entry point (the ~1.8 s backend import is the
 window), and the second register_backend() raises AssertionError("duplicate name: neuron").

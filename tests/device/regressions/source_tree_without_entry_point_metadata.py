@@ -1,4 +1,4 @@
-"""Since 09e3ce7 torch.compile(backend="neuron") depends on the installed package metadata (the
+"""Review 12, finding 4. Since 09e3ce7 torch.compile(backend="neuron") depends on the installed package metadata (the
 torch_dynamo_backends entry point of torch_neuron_sim-*.dist-info): `import torch_neuronx` no
 longer registers "neuron" with Dynamo. Used from a source tree (PYTHONPATH=<repo>/python, e.g. a
 checkout used from another environment that has torch but no `pip install -e .`, or a vendored

@@ -1,4 +1,4 @@
-"""Harness of the review of the hierarchical collectives (review 11): run(fn, layout) spawns len(layout) ranks on this machine; rank r pretends to be on
+"""Ranks on fake hosts, for the hierarchical collectives' repros: run(fn, layout) spawns len(layout) ranks on this machine; rank r pretends to be on
 host layout[r] (torch_neuron_sim.distributed._hosts is patched to publish a fake host key per
 global rank; the ranks a layout puts on one host really share this host, so their ShmGroup works).
 fn(rank, world) runs after init_process_group("cpu:gloo,neuron:neuron"); it returns a value

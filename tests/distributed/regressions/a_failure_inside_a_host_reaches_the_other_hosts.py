@@ -8,7 +8,7 @@ memory on one host (the Note: 'a rank whose process has exited is noticed within
 too. Usage: python r1_... [hier|flat]"""
 import os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import main as run
+from _ranks_on_fake_hosts import main as run
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "hier"
 

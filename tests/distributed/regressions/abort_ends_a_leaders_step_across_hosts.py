@@ -10,7 +10,7 @@ abort returns at once. Bug: on leader rank 0 either wait() or _abort_process_gro
 drops the group's last reference) blocks until Gloo's own timeout (12 s here, 30 min default). Usage: python r2_... [layout, default 0,0,1,1]"""
 import os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import main as run
+from _ranks_on_fake_hosts import main as run
 
 
 def body(rank, world):

@@ -10,7 +10,7 @@ input's shape: "ProcessGroupGloo::allgather: invalid tensor size at index 0 (exp
 got (2))". DEV=cpu: the control with Gloo (which refuses it too: Gloo is not NCCL-like;
 accelerate uses all_gather (list) for gloo). Exits 1 while the bug exists."""
 import os, sys; sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 def fn(rank):
     import torch, torch.distributed as dist

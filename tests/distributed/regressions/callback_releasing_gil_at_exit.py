@@ -1,4 +1,4 @@
-"""02: a point-to-point future's `then` callback that releases the GIL (time.sleep, I/O, a wait)
+"""Review 14 (the exit hook), finding 2: a point-to-point future's `then` callback that releases the GIL (time.sleep, I/O, a wait)
 while the process exits aborts the process (std::terminate, SIGABRT).
 
 What: rank 1 irecvs with `fut.then(cb)`; cb starts, tells the main thread, and keeps sleeping in
@@ -29,7 +29,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _two_ranks  # noqa: E402
+import _two_rank_scripts  # noqa: E402
 
 CHILD = r'''
 import datetime, sys, threading, time, torch, torch.distributed as dist
@@ -62,4 +62,4 @@ print(f"rank {rank}: main done", flush=True)
 '''
 
 if __name__ == "__main__":
-    sys.exit(_two_ranks.control_then_test(CHILD, "control", "exit"))
+    sys.exit(_two_rank_scripts.control_then_test(CHILD, "control", "exit"))

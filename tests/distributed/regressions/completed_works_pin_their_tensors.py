@@ -1,4 +1,4 @@
-"""Memory lifetime: a completed collective's tensors stay allocated after the caller drops
+"""Review 9b. Memory lifetime: a completed collective's tensors stay allocated after the caller drops
 them (and the Work). ProcessGroupNeuron::track() keeps a weak_intrusive_ptr to every Work in
 in_flight_ (pruned only once 64 are listed); c10::intrusive_ptr destroys an object (its
 outputs_, value_, future_) only when the weak count also reaches 0, so each of the last up to
@@ -7,7 +7,7 @@ Expected: memory_allocated() back to the baseline after 20 all_reduces of fresh 
 that were deleted. Bug: about 20 x 4 MiB still allocated (exit 1)."""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 def body(rank):
     import gc, torch, torch.distributed as dist

@@ -1,4 +1,4 @@
-"""A script whose point-to-point works have `then` callbacks and which exits right after its
+"""Found while testing the exit path (commit 5779fa5). A script whose point-to-point works have `then` callbacks and which exits right after its
 last collective aborted at exit about 1 time in 20 ("terminate called without an active
 exception"): the completion thread completed a future after Python began finalizing, and
 dropping the callbacks (Python functions) retook the GIL inside a noexcept destructor.

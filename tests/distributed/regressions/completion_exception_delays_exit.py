@@ -1,4 +1,4 @@
-"""03: a point-to-point completion that throws leaves CompletionThreads::in_python_ raised for
+"""Review 13 (the exit hook), finding 3: a point-to-point completion that throws leaves CompletionThreads::in_python_ raised for
 good, so every later exit of the process waits the full 10 s limit of close_for_exit().
 
 Shows: rank 1 posts an irecv and completes its future itself (fut.set_result, allowed on any
@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _two_ranks  # noqa: E402
+import _two_rank_scripts  # noqa: E402
 
 CHILD = r'''
 import datetime, sys, time, torch, torch.distributed as dist
@@ -48,7 +48,7 @@ print(f"rank {rank} main end {time.time():.3f}", flush=True)
 
 
 def one_round(mode, limit=60):
-    results = _two_ranks.run(CHILD, [mode], limit=limit)
+    results = _two_rank_scripts.run(CHILD, [mode], limit=limit)
     end = time.time()
     outs = [out if code != "hung" else "hung\n" + out for code, out in results]
     exit_seconds = None

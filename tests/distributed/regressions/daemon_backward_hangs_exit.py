@@ -1,4 +1,4 @@
-"""01: a process whose daemon thread is inside a backward (a hook, custom Function or
+"""Review 13 (the exit hook), finding 1: a process whose daemon thread is inside a backward (a hook, custom Function or
 collective that does not return) never exits: the atexit flush waits forever.
 
 Shows: a daemon thread runs a backward of a neuron tensor whose tensor hook blocks (here on an

@@ -1,4 +1,4 @@
-"""A rank of a failed shared-memory group still advances its progress counter on every later
+"""Review 9b. A rank of a failed shared-memory group still advances its progress counter on every later
 call (step() publishes the new step before it looks at the failed flag, and each later call
 fails only after that). A late peer then passes every step without waiting and uses the
 pointers the failed rank published for a different, later call.
@@ -10,7 +10,7 @@ with rank 1's pointers of a later all_reduce (b = null) and writes at a wild add
 dies with SIGSEGV (exit 1). (Without zero-copy, rank 0 instead reads slots of later calls.)"""
 import os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 N = 1 << 16
 

@@ -1,4 +1,4 @@
-"""A process that destroys its neuron process group while a DDP module still holds it hangs
+"""Review of issue 9 by a test-writing helper, finding 3. A process that destroys its neuron process group while a DDP module still holds it hangs
 forever when the DDP module is freed (here: `del ddp`; in a script: at exit, or when the
 Trainer / model is garbage collected).
 

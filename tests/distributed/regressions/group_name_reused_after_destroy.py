@@ -11,7 +11,7 @@ store timeout. (Pre-existing in `_made`, not introduced by 92548b0; the hierarch
 inherit it.)"""
 import os, sys, time, datetime
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import main as run
+from _ranks_on_fake_hosts import main as run
 
 
 def body(rank, world):

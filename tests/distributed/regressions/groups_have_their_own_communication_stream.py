@@ -10,7 +10,7 @@ Expected: done in < 1 s. Bug: rank 0's read waits for gA (same stream), which ra
 after barrier(gB): hang until the 8 s timeout, then errors (exit 1)."""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 
 def body(rank):

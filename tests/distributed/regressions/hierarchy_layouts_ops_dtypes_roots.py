@@ -3,7 +3,7 @@ several host layouts (contiguous, interleaved, 3+1, 1+3) and a subgroup spanning
 interleaved with whole-group Gloo collectives (all_gather) and async issue."""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _ranks_on_fake_hosts import run
 
 
 def body(rank, world):

@@ -1,4 +1,4 @@
-"""01: torch.jit.wait() on the future of an irecv (or isend) hangs forever.
+"""Review 14 (the exit hook), finding 1: torch.jit.wait() on the future of an irecv (or isend) hangs forever.
 
 What: `torch.jit.wait(dist.irecv(t, 0).get_future())` never returns. torch.jit.wait (torch._C.wait)
 waits for the future *with the GIL held* (unlike Future.wait(), whose binding releases it). Since
@@ -19,7 +19,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _two_ranks  # noqa: E402
+import _two_rank_scripts  # noqa: E402
 
 CHILD = r'''
 import datetime, sys, faulthandler, torch, torch.distributed as dist
@@ -42,4 +42,4 @@ dist.destroy_process_group()
 '''
 
 if __name__ == "__main__":
-    sys.exit(_two_ranks.control_then_test(CHILD, "future", "jit", control_name="control (Future.wait)", tail=4))
+    sys.exit(_two_rank_scripts.control_then_test(CHILD, "future", "jit", control_name="control (Future.wait)", tail=4))

@@ -9,7 +9,7 @@ Expected: done at once (CUDA's manual_seed does not wait for NCCL). Bug: hang un
 timeout, then errors (exit 1)."""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 
 def body(rank):

@@ -8,7 +8,7 @@ then SIGCONTs rank 0.
 Expected: the new tensor stays zero. Bug: rank 0's remaining writes land in it (exit 1)."""
 import os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 N = 16 << 20
 

@@ -1,4 +1,4 @@
-"""02: after torch_neuron_sim's atexit ran, no point-to-point future ever completes again:
+"""Review 13 (the exit hook), finding 2: after torch_neuron_sim's atexit ran, no point-to-point future ever completes again:
 an atexit handler that runs after it (registered before `import torch`, or before importing
 torch_neuron_sim with TORCH_DEVICE_BACKEND_AUTOLOAD=0) and waits on an isend/irecv future hangs
 forever. The same code worked before commit 5779fa5.
@@ -25,7 +25,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _two_ranks  # noqa: E402
+import _two_rank_scripts  # noqa: E402
 
 CHILD = r'''
 import atexit, sys
@@ -55,7 +55,7 @@ print(f"rank {dist.get_rank()}: main done", flush=True)
 
 def one_round(mode, limit=45):
     ok = True
-    for r, (code, out) in enumerate(_two_ranks.run(CHILD, [mode], limit=limit)):
+    for r, (code, out) in enumerate(_two_rank_scripts.run(CHILD, [mode], limit=limit)):
         status = f"exit {code}" if code != "hung" else f"hung ({limit} s, killed)"
         ok = ok and code == 0
         print(f"  [{mode}] rank {r}: {status}; output: {out.strip().splitlines()[-3:]}")

@@ -1,4 +1,4 @@
-"""Which transport a collective takes is decided from rank-local facts (contiguity): ranks
+"""Review 9b. Which transport a collective takes is decided from rank-local facts (contiguity): ranks
 whose tensors have the same shape and dtype but different layouts take different transports
 (one waits in shared memory, the other in Gloo) and both hang until the group timeout.
 Rank 0 passes a non-contiguous view, rank 1 a contiguous tensor of the same shape
@@ -9,7 +9,7 @@ Expected: the call returns or raises at once. Bug: both ranks time out after the
 timeout (8 s here, 30 min by default) (exit 1)."""
 import os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 def body(rank):
     import torch, torch.distributed as dist

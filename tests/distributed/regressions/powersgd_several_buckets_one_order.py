@@ -1,4 +1,4 @@
-"""PowerSGD's DDP comm hook with more than one gradient bucket: the ranks issue their
+"""Review of issue 9 by a test-writing helper, finding 2. PowerSGD's DDP comm hook with more than one gradient bucket: the ranks issue their
 collectives in different orders, Gloo pairs an allreduce of one size with another's and
 aborts the process (std::terminate: gloo::EnforceNotMet "op.preamble.length <= op.nbytes ...
 Received data size doesn't match expected size. Is there a distributed collective mismatch
@@ -15,7 +15,7 @@ each rank. With one bucket (bucket_cap_mb large) there is no race and it trains.
 DEV=cpu BACKEND=gloo runs the same on CPU/Gloo (its futures also complete asynchronously).
 BUCKET_CAP_MB (default 0.05) sets the buckets. Exits 1 while the bug exists."""
 import os, sys; sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 def fn(rank):
     import torch, torch.nn as nn, torch.distributed as dist

@@ -1,4 +1,4 @@
-"""(In the fix f354ef0, not in d54de8e.) reduce_scatter_tensors() stages a non-contiguous
+"""Review 9b, finding 7 (in the fix f354ef0, not in d54de8e). reduce_scatter_tensors() stages a non-contiguous
 input for shared memory, but with PREMUL_SUM it then replaces the staged copy with
 reduction.scaled(input_views): `view * factor` keeps a transposed (dense, non-contiguous)
 layout, and the transport reads data_ptr() as if it were contiguous.
@@ -7,7 +7,7 @@ with PREMUL_SUM(2.0). Expected: 2 * (sum over ranks) of the rank's block, as SUM
 gives. Bug: the blocks are taken in the transposed tensor's memory order (exit 1)."""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 def body(rank):
     import torch, torch.distributed as dist

@@ -1,4 +1,4 @@
-"""A shared-memory collective waits for the group's last Gloo work, point-to-point included
+"""Review 9b. A shared-memory collective waits for the group's last Gloo work, point-to-point included
 (Call::start() notes send/recv works too; the comm thread's wait_transport_works() waits for
 them). A receive posted before a collective then blocks that collective until the peer sends,
 and the peer sends only after the collective: rank 0's all_reduce stalls until the receive
@@ -8,7 +8,7 @@ With NEURON_SIM_SHM_COLLECTIVES=0 (Gloo only) this runs (as with NCCL, whose p2p
 their own communicators and streams). Bug: with shared memory rank 0's recv fails with a timeout after 8 s (exit 1)."""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 def body(rank):
     import torch, torch.distributed as dist

@@ -1,9 +1,9 @@
-"""The future of an asynchronous reduce_scatter_tensor (and reduce_scatter, send, recv) only
+"""Review 9, finding 1. The future of an asynchronous reduce_scatter_tensor (and reduce_scatter, send, recv) only
 completes if someone calls work.wait(); get_future().wait() alone blocks forever, with no
 timeout. (Gloo on CPU raises 'Work::getFuture not implemented' instead of handing out a
 future that never completes.) Exits 1 while the bug exists."""
 import os, sys; sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 def fn(rank):
     import torch, torch.distributed as dist, threading

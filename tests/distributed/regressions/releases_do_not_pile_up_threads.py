@@ -7,7 +7,7 @@ tensors only the Work holds finish while the main thread keeps the GIL (a pure-P
 long switch interval). Expected: a thread or two more than before. Bug: one more per collective."""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 
 def threads():

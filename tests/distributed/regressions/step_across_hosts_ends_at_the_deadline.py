@@ -7,7 +7,7 @@ until ~13 s: destroy_process_group() (which joins that thread) then blocks ~4.5 
 collective issued meanwhile queues behind it. Expected: the Gloo step ends at the deadline."""
 import os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import main as run
+from _ranks_on_fake_hosts import main as run
 
 
 def body(rank, world):

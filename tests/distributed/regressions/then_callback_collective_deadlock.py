@@ -1,11 +1,11 @@
-"""A future callback that runs another collective and waits for its future (what PowerSGD's
+"""Review 9, finding 2. A future callback that runs another collective and waits for its future (what PowerSGD's
 DDP comm hook does: `dist.all_reduce(t, async_op=True).get_future().wait()` inside `.then()`).
 NeuronWork completes its future on the Gloo group's one worker thread (options._threads = 1),
 so the callback blocks that thread waiting for a collective queued behind it: a deadlock with
 no timeout. The same code on the CPU group (Gloo) finishes. DEV=cpu runs the control.
 Exits 1 while the bug exists."""
 import os, sys; sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 def fn(rank):
     import torch, torch.distributed as dist, threading

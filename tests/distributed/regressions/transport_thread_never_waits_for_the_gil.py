@@ -1,4 +1,4 @@
-"""The intermittent PowerSGD failure of issue 9 (asynchronous mode): a transport's thread
+"""Issue 9. The intermittent PowerSGD failure of issue 9 (asynchronous mode): a transport's thread
 dropped the last reference to a finished Work, which holds Python-owned tensors, and so waited
 for the GIL; the thread holding the GIL was in torch.manual_seed (PowerSGD's hook calls it),
 which waits for the device's streams with the GIL kept, among them the communication stream
@@ -13,7 +13,7 @@ thread in take_gil under NeuronWork::release_resources, the autograd thread in
 Stream::wait_for under NeuronGeneratorImpl::set_current_seed."""
 import os, subprocess, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 
 def body(rank):

@@ -11,7 +11,7 @@ whose result is read on the device right after, without Work.wait().
 Expected: both finish at once with the sums. Bug: both time out (groups' timeout 8 s)."""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 
 def body(rank):

@@ -1,9 +1,9 @@
-"""work.wait(timeout) that expires: the Work fails, but the Gloo op still runs and writes the SUM
+"""Review 9, finding 3. work.wait(timeout) that expires: the Work fails, but the Gloo op still runs and writes the SUM
 into the output; the AVG division (a finish step) is skipped, so once the peer arrives the
 tensor silently holds the SUM (2+4=6), neither the input (2) nor the average (3).
 Exits 1 while the bug exists."""
 import os, sys, datetime, time; sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 def fn(rank):
     import torch, torch.distributed as dist

@@ -1,4 +1,4 @@
-"""Zero-copy: a late rank passes the agreement step of a collective that already failed on
+"""Review 9b. Zero-copy: a late rank passes the agreement step of a collective that already failed on
 its peer (step() only checks the failed flag while it has to wait, and the peer's counter is
 already there), then writes into the peer's output, which the peer got back with an error.
 Rank 1: group timeout 2 s; its all_gather_into_tensor times out (rank 0 is 4 s late); it then
@@ -8,7 +8,7 @@ Expected: rank 1's output stays zero. Bug: it receives rank 0's input after the 
 (exit 1). (Once rank 1 has freed the output, this is a write into whatever reuses it.)"""
 import os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import run
+from _two_ranks_spawned import run
 
 N = 1 << 16
 

@@ -1,4 +1,4 @@
-// LD_PRELOAD interposer for repro 01: ATen's bfloat16 brgemm, with oneDNN switched off during
+// LD_PRELOAD interposer for form_caches_none_after_transient_flag.py: ATen's bfloat16 brgemm, with oneDNN switched off during
 // the one call that is SmallMatmul.cpp's once-per-process trial (kernel_runs_here: 16x16x2,
 // lda 2), and back on right after, as when another thread is inside
 // torch.backends.mkldnn.flags(enabled=False) at that moment. Every other call is passed through.

@@ -1,4 +1,4 @@
-"""Root cause of 02: a constant folded at compile time (passes.py fold_constants computes it
+"""Review 11 (the recurrent layers), finding 3. Root cause of compiled_lstm_no_h0_backward.py: a constant folded at compile time (passes.py fold_constants computes it
 on the CPU and registers a CPU buffer) is treated as a *host* value when the graph returns it
 (lowering.py _on_host: t.device.type == "cpu"), so a compiled function returning
 torch.zeros(..., device="neuron") hands back a CPU tensor, and a folded constant saved for

@@ -1,6 +1,6 @@
-"""torch.compile(backend="neuron") of the most common recurrent layer -- nn.LSTM with one
+"""Review 11 (the recurrent layers), finding 2. torch.compile(backend="neuron") of the most common recurrent layer -- nn.LSTM with one
 layer, one direction, no initial state -- with Dynamo tracing RNNs (allow_rnn, which
-tests/test_rnn.py::test_compiled_recurrent_layer_matches_cpu uses): the backward graph fails
+tests/kernels/test_rnn.py::test_compiled_recurrent_layer_matches_cpu uses): the backward graph fails
 ("input 0 is on cpu; the graph was compiled for neuron:0"). The forward saves the zero
 initial state, a folded constant, as a *CPU* tensor for backward (see 03_...). The test only
 compiles num_layers=2 bidirectional, which happens to avoid it. Exit 0 = fixed."""

@@ -1,4 +1,4 @@
-"""The generic path (then ZeroCopy.cpp) accepted CPU tensors for *every* argument of _ctc_loss.Tensor /
+"""Review 11 (the recurrent layers), finding 8. The generic path (then ZeroCopy.cpp) accepted CPU tensors for *every* argument of _ctc_loss.Tensor /
 _ctc_loss_backward.Tensor, not only the lengths. CUDA's ctc_loss_tensor reads the lengths on
 the host but redispatches _ctc_loss(log_probs, targets, ...), whose kernel checks
 checkAllSameGPU(log_probs, targets). On neuron, CPU log_probs (or targets) mixed with neuron

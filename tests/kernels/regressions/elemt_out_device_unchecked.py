@@ -1,4 +1,4 @@
-"""batch_norm_elemt(..., out=) with `out` on the CPU or on another NeuronCore. CUDA (and every
+"""Review 11 (the recurrent layers), finding 7. batch_norm_elemt(..., out=) with `out` on the CPU or on another NeuronCore. CUDA (and every
 generic neuron op, e.g. torch.add(..., out=cpu_tensor)) raises "Expected all tensors to be on
 the same device"; AcceleratorOnly.cpp:113-116 computes on neuron:0 and copy_()s the result
 into `out` wherever it lives, silently. (README: "a non-scalar CPU tensor or another core's

@@ -1,4 +1,4 @@
-"""Output dtypes of the SyncBatchNorm kernels when one operand is float64 and the input is
+"""Review 11 (the recurrent layers), finding 5. Output dtypes of the SyncBatchNorm kernels when one operand is float64 and the input is
 float32. CUDA (Normalization.cu): batch_norm_elemt / batch_norm_backward_elemt return
 empty_like(input) (float32); batch_norm_gather_stats_with_counts returns mean/invstd in
 mean's dtype (float32). On neuron, run_kernel's 64-bit rule (kernels/KernelBody.cpp narrowed_body)

@@ -5,7 +5,7 @@ ATen's brgemm refuses ("...only supported ... when oneDNN ukernel is enabled"), 
 57 answers false, and the flag is looked at only after the trial (lines 83 and 87), when it is on
 again, so kNone is stored (line 88). The process then never runs the kernel again, for any shape
 (small_matmul_form() == "none", every product at::mm, ~8x slower at decode sizes): the failure
-tests/matmul_review/04 guards against for one shape's verdict, one level up, in code new in this
+transient_flag_caches_false_verdict.py guards against for one shape's verdict, one level up, in code new in this
 change. (On an AMX CPU the same window at line 85, could_pack() reading the flag, stores "direct".)
 
 The interleaving is made deterministic with an LD_PRELOAD shim (_flag_off_during_trial.cpp) that

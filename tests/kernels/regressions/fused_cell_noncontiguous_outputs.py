@@ -1,4 +1,4 @@
-"""CUDA's fused cells allocate their outputs with empty_like(..., LEGACY_CONTIGUOUS_MEMORY_FORMAT)
+"""Review 11 (the recurrent layers), finding 9. CUDA's fused cells allocate their outputs with empty_like(..., LEGACY_CONTIGUOUS_MEMORY_FORMAT)
 (RNN.cu): hy, cy, workspace and the backward's grad_gates / grad_cx are always contiguous.
 Recurrent.cpp returns whatever layout TensorIterator picks from the operands, so transposed
 gates (e.g. from a user's x @ W computed as (W^T x^T)^T) give transposed hy/cy, and a

@@ -1,4 +1,4 @@
-"""batch_norm_gather_stats(_with_counts) with running_mean given and running_var None (or the
+"""Review 11 (the recurrent layers), finding 6. batch_norm_gather_stats(_with_counts) with running_mean given and running_var None (or the
 reverse). CUDA's batch_norm_reduce_statistics_kernel updates each running statistic that is
 given (`if (running_mean.data() != NULL)`, `if (running_var.data() != NULL)`, separately);
 AcceleratorOnly.cpp:133 refuses the call ("must be both given or both absent").

@@ -1,4 +1,4 @@
-"""_thnn_fused_lstm_cell_backward_impl with a workspace of the right element count but the
+"""Review 11 (the recurrent layers), finding 1. _thnn_fused_lstm_cell_backward_impl with a workspace of the right element count but the
 wrong shape ([8, 2] instead of [2, 8] for a [2, 2] gradient) must not crash the process:
 either a RuntimeError (a shape check) or a result (CUDA reads the workspace as flat [B, 4H]).
 Recurrent.cpp:127 checks only workspace.numel(); chunk(4, 1) of a width-2 workspace gives

@@ -1,4 +1,4 @@
-"""Finding 1: once a shape has been accepted, neuron bf16 mm raises under
+"""Review 15, finding 1: once a shape has been accepted, neuron bf16 mm raises under
 torch.backends.mkldnn.flags(enabled=False) (at::native::cpublas::brgemm refuses to run when
 the user disabled oneDNN), while CPU eager (and neuron before the change) compute fine.
 cpu_supported() caches could_pack() once per process and small_matmul_applies caches the

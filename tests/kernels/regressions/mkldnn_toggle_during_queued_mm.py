@@ -1,4 +1,4 @@
-"""Finding 1: the oneDNN flag is checked once (small_matmul_applies), then ATen's brgemm checks it
+"""Review 15b, finding 1: the oneDNN flag is checked once (small_matmul_applies), then ATen's brgemm checks it
 again on every call (device_check). If another thread turns oneDNN off in between -- here the host
 thread, while a queued bf16 mm runs on the stream worker (asynchronous mode, commit bf5f4ff) --
 the neuron mm fails with "BFloat16 Brgemm VNNI format is only supported ...", although at::mm

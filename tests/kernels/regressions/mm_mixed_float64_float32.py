@@ -1,4 +1,4 @@
-"""Found while checking "hx of another dtype" (not introduced by the rnn merge): torch.mm /
+"""Review 11 (the recurrent layers), finding 10. Found while checking "hx of another dtype" (not introduced by the rnn merge): torch.mm /
 F.linear (no bias) of a float64 and a float32 neuron tensor succeed (float64 result), where
 CPU and CUDA raise "expected m1 and m2 to have the same dtype". The 32-bit narrowing of
 float64 operands hides the check. Visible through the RNN change: nn.GRU(float32) given a

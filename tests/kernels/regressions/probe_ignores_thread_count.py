@@ -1,4 +1,4 @@
-"""Finding 2: the per-shape verdict is cached for the process, but oneDNN's at::mm picks a
+"""Review 15, finding 2: the per-shape verdict is cached for the process, but oneDNN's at::mm picks a
 different summation (work split) depending on the intra-op thread count. A shape first met
 with torch.set_num_threads(1) is accepted; after torch.set_num_threads(2) at::mm sums in
 another order, the kernel does not, and neuron eager no longer equals CPU eager.

@@ -1,4 +1,4 @@
-"""Finding 2 (performance only): a probe that runs while oneDNN is switched off for a moment (by
+"""Review 15b, finding 2 (performance only): a probe that runs while oneDNN is switched off for a moment (by
 another thread) throws, or compares the kernel with ATen's non-oneDNN gemm; either way its verdict
 is False, and that verdict is kept for the process (global map + per-thread table), although the
 flag is back on. Here: asynchronous mode, the worker probes 1x768x32000 at its own thread count
