@@ -59,7 +59,7 @@ TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
 }
 
 // Every aten op with a NestedTensorCPU kernel and a CompositeImplicitAutograd one
-// (tests/test_nested.py checks the list against the installed PyTorch).
+// (tests/kernels/test_nested.py checks the list against the installed PyTorch).
 TORCH_LIBRARY_IMPL(aten, NestedTensorPrivateUse1, m) {
   m.impl("_to_copy", TORCH_FN(nested_to_copy));
   for (const char* name : {"linear", "matmul", "matmul.out", "chunk", "narrow", "silu_backward",

@@ -1,4 +1,4 @@
-"""One rank of a distributed test (tests/test_distributed*.py start it under torchrun, or as
+"""One rank of a distributed test (tests/distributed/test_distributed*.py start it under torchrun, or as
 plain processes with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set).
 
     distributed_worker.py ops OUT_DIR     every collective on neuron tensors (backend "neuron")
