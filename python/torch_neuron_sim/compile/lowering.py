@@ -8,8 +8,8 @@ Values:
 - every other op's result is a root value: planned in the arena, or an output (a fresh
   buffer per call) when the graph returns it or a view of it; an op that returns one of its
   arguments (in-place, out=) makes no new value.
-The arena plan: each planned root lives from the node that makes it to the last node that
-reads it or a view of it; roots whose lifetimes do not overlap share bytes (best fit)."""
+The arena plan (memory_plan.py): each planned root lives from the node that makes it to the
+last node that reads it or a view of it; roots whose lifetimes do not overlap share bytes."""
 import dataclasses
 import operator
 
@@ -17,13 +17,12 @@ import torch
 from torch.fx import Node
 
 from .. import _C
-from . import fusion
+from . import fusion, memory_plan
 
 # ProgramValue kinds, ProgramArg kinds (runtime/program.h).
 INPUT, CONSTANT, ARENA, OUTPUT, VIEW, DYNAMIC = range(6)
 A_NONE, A_VALUE, A_INT, A_DOUBLE, A_BOOL, A_INTS, A_DOUBLES, A_BOOLS, A_VALUES, A_STRING, A_DEVICE, \
     A_DTYPE, A_LAYOUT, A_FORMAT = range(14)
-ALIGNMENT = 64
 
 aten = torch.ops.aten
 VIEW_OPS = {
@@ -354,41 +353,19 @@ class Lowering:
         return out
 
     def _finish(self):
-        # The arena plan: best fit over the lifetimes of the planned roots.
+        # The arena plan (memory_plan.py) of the planned roots: intermediates on the device.
         planned = [vid for vid, v in enumerate(self.values) if v.kind == ARENA and not v.on_host]
         defined = {}
         for position, (_, _, outputs) in enumerate(self.nodes):
             for vid in outputs:
                 if vid >= 0:
                     defined.setdefault(self._root_of(vid), position)
-        free = []         # (offset, size) of free extents
-        ending = {}       # node position -> roots whose last use is there
-        for vid in planned:
-            ending.setdefault(self.last_use.get(vid, defined.get(vid, 0)), []).append(vid)
-        arena_end = 0
-        by_definition = sorted(planned, key=lambda vid: defined.get(vid, 0))
-        next_index = 0
-        for position in range(len(self.nodes) + 1):
-            while next_index < len(by_definition) and defined.get(by_definition[next_index], 0) == position:
-                vid = by_definition[next_index]
-                next_index += 1
-                size = (max(self.values[vid].bytes, 1) + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
-                best = None
-                for i, (offset, extent) in enumerate(free):
-                    if extent >= size and (best is None or extent < free[best][1]):
-                        best = i
-                if best is None:
-                    self.values[vid].index = arena_end
-                    arena_end += size
-                else:
-                    offset, extent = free.pop(best)
-                    self.values[vid].index = offset
-                    if extent > size:
-                        free.append((offset + size, extent - size))
-                self.values[vid].bytes = size
-            for vid in ending.get(position, []):
-                free.append((self.values[vid].index, self.values[vid].bytes))
-                free = _coalesce(free)
+        lifetimes = [memory_plan.Lifetime(self.values[vid].bytes, defined.get(vid, 0),
+                                          self.last_use.get(vid, defined.get(vid, 0))) for vid in planned]
+        arena = memory_plan.plan(lifetimes)
+        for vid, offset, size in zip(planned, arena.offsets, arena.sizes):
+            self.values[vid].index = offset
+            self.values[vid].bytes = size
         return {
             "name": self.name,
             "values": [self._describe(v) for v in self.values],
@@ -396,7 +373,7 @@ class Lowering:
             "constants": self.constants,
             "nodes": [{"op": op, "args": args, "outputs": outputs} for op, args, outputs in self.nodes],
             "outputs": self.outputs,
-            "arena_bytes": arena_end,
+            "arena_bytes": arena.arena_bytes,
             "metadata": {k: str(v) for k, v in self.metadata.items()},
         }
 
@@ -422,17 +399,6 @@ def returned_values(schema, val, node=None):
         where = node.format_node() if node is not None else str(schema)
         raise LoweringError(f"{where}: {len(results)} traced result(s) for {len(returns)} return(s) of {schema.name}")
     return list(zip(returns, results)), "many" if many else "one"
-
-
-def _coalesce(extents):
-    extents.sort()
-    merged = []
-    for offset, size in extents:
-        if merged and merged[-1][0] + merged[-1][1] == offset:
-            merged[-1] = (merged[-1][0], merged[-1][1] + size)
-        else:
-            merged.append((offset, size))
-    return merged
 
 
 def lower(gm, name, metadata=None, device_type="neuron"):
