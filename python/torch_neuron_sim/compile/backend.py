@@ -30,8 +30,7 @@ from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompil
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._inductor.output_code import OutputCode
 
-from .. import _C
-from .. import dynamo_metrics
+from .. import _C, dynamo_metrics, op_set
 from . import cache, debug, passes
 from .lowering import lower
 
@@ -402,15 +401,13 @@ def neuron_backend(gm, example_inputs, *, options=None, mode=None):
     torch._dynamo.config.automatic_dynamic_shapes = False
     fallback = _fallback_enabled(options)
     device = _device_of(example_inputs)
-    from .. import _OP_SET_FILE, _read_op_set
-    on_device_ops = set(_read_op_set(_OP_SET_FILE)[0]) - set(_read_op_set(_OP_SET_FILE)[1])
     context = {
         "model_name": str(options.get("model_name") or get_model_name()),
         "aot_id": next(_graph_ids),
         "device": 0 if device is None else device,
         "fallback": fallback,
         "timestamp": f"{time.time():.6f}",
-        "on_device_ops": on_device_ops,
+        "on_device_ops": op_set.on_device(),
         "recompile_reason": _note_recompile(_recompile_reason()),
     }
     if device is None:
