@@ -17,41 +17,39 @@ import logging
 import os
 import threading
 import time
-import unittest.mock
 import warnings
 from typing import Any
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.utils import counters
-from torch._functorch._aot_autograd import autograd_cache
 from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
 from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._inductor.output_code import OutputCode
 
 from .. import _C, dynamo_metrics, op_set
-from . import cache, debug, passes
+from . import cache, debug, passes, torch_patches
 from .lowering import lower
 
 log = logging.getLogger("torch_neuronx")
 
 # Note [Caching past AOTAutograd]
-# A warm start (a new process whose program cache is filled) used to trace the graph again
-# through Dynamo and AOTAutograd and then find the program by its key: on the small decode
-# benchmark AOTAutograd was about a third of that first call. AOTAutograd keeps its own cache
-# of what it made of a Dynamo graph (runtime wrappers, input mutations, output aliasing, the
-# forward/backward split) when the compilers return an OutputCode that it can store. Ours,
-# NeuronProgramCode, stores the program's key and output layout; the program stays in our
-# checked program cache and is loaded in post_compile. If it is gone or damaged there, the
-# entry is bypassed and the graph compiles again. Two departures from AOTAutograd's defaults,
-# both only while our backend compiles:
-# - the key is cache.dynamo_graph_key, not AOTAutograd's own key function: that one imports
-#   all of Inductor's code generators and hashes torch's sources (about 1.5 s per process,
-#   more than the warm start saves). Ours covers what AOTAutograd's covers for such a graph
-#   (graph and subgraph code, input metadata, which inputs share storage, constants, grad
-#   mode, autocast, deterministic algorithms, AOTAutograd's config) plus our compiler's
-#   identity; AOTAutograd's check_cacheable still rejects graphs that call Python functions.
+# A warm start (a new process whose program cache is filled) skips AOTAutograd as well as our
+# passes (without this, AOTAutograd is about a third of the small decode benchmark's warm first
+# call): AOTAutograd keeps its own cache of what it made of a Dynamo graph (runtime wrappers,
+# input mutations, output aliasing, the forward/backward split) when the compilers return an
+# OutputCode that it can store. Ours, NeuronProgramCode, stores the program's key and output
+# layout; the program stays in our checked program cache and is loaded in post_compile. If it
+# is gone or damaged there, the entry is bypassed and the graph compiles again. Two departures
+# from AOTAutograd's defaults, both only while our backend compiles:
+# - the key is cache.dynamo_graph_key, not AOTAutograd's own key function (patch 3 of Note
+#   [Patches of torch internals], torch_patches.py): that one imports all of Inductor's code
+#   generators and hashes torch's sources (about 1.5 s per process, more than the warm start
+#   saves). Ours covers what AOTAutograd's covers for such a graph (graph and subgraph code,
+#   input metadata, which inputs share storage, constants, grad mode, autocast, deterministic
+#   algorithms, AOTAutograd's config) plus our compiler's identity; AOTAutograd's
+#   check_cacheable still rejects graphs that call Python functions.
 # - the backward graph compiles together with the forward one
 #   (force_non_lazy_backward_lowering), so that the entry is saved with both.
 # The entries live in AOTAutograd's folder (TORCHINDUCTOR_CACHE_DIR, key prefix "aneuron").
@@ -435,7 +433,7 @@ def neuron_backend(gm, example_inputs, *, options=None, mode=None):
                 # AOTAutograd's cache keeps both (a lazily compiled backward is never saved).
                 stack.enter_context(torch._functorch.config.patch(bundled_autograd_cache=True,
                                                                   force_non_lazy_backward_lowering=True))
-                stack.enter_context(unittest.mock.patch.object(autograd_cache, "autograd_cache_key", _aot_cache_key))
+                stack.enter_context(torch_patches.aot_autograd_cache_key(_aot_cache_key))
             else:
                 stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
             return compiler(gm, example_inputs)
