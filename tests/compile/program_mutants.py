@@ -15,6 +15,10 @@ import torch
 import torch_neuronx  # noqa: F401
 from torch_neuron_sim import _C
 
+# Every kind the schema has (Note [The program schema in Python]).
+VALUE_KINDS = list(_C.ProgramValueKind.__members__.values())
+ARG_KINDS = list(_C.ProgramArgKind.__members__.values())
+
 OPS = ["aten::add.Tensor", "aten::mm", "aten::addmm", "aten::clone", "aten::_to_copy", "aten::copy_",
        "aten::index_copy_", "aten::cat", "aten::max.dim", "neuron::pointwise", "aten::_reshape_alias",
        "aten::as_strided", "aten::as_strided_", "aten::resize_", "aten::set_.source_Tensor", "aten::from_file",
@@ -98,7 +102,7 @@ class Mutator:
             v = p["values"][r.randrange(count)]
             field = r.choice(["kind", "index", "bytes", "dtype", "sizes", "strides", "offset", "on_host"])
             if field == "kind":
-                v["kind"] = r.randrange(6)
+                v["kind"] = r.choice(VALUE_KINDS)
             elif field == "index":
                 v["index"] = self.edge(v["index"], count)
             elif field == "bytes":
@@ -122,14 +126,14 @@ class Mutator:
                 kind, integer, real, lst, reals, text = node["args"][a]
                 sub = r.randrange(4)
                 if sub == 0:
-                    kind = r.randrange(14)
+                    kind = r.choice(ARG_KINDS)
                 elif sub == 1:
                     integer = self.edge(integer, count)
                 elif sub == 2 and lst:
                     lst = list(lst)
                     lst[r.randrange(len(lst))] = self.edge(lst[0], count)
                 else:
-                    kind, integer = 1, r.randrange(count + 1)
+                    kind, integer = _C.ProgramArgKind.VALUE, r.randrange(count + 1)
                 node["args"][a] = (kind, integer, real, lst, reals, text)
             elif what == 2:
                 if node["outputs"]:
@@ -137,7 +141,7 @@ class Mutator:
                 else:
                     node["outputs"].append(r.randrange(count + 1))
             else:
-                node["args"].append((1, r.randrange(count + 1), 0.0, [], [], ""))
+                node["args"].append((_C.ProgramArgKind.VALUE, r.randrange(count + 1), 0.0, [], [], ""))
         elif choice == 6:
             p["arena_bytes"] = max(0, self.edge(p["arena_bytes"], p["arena_bytes"]))
         elif choice == 7 and p["inputs"]:
@@ -147,7 +151,7 @@ class Mutator:
         elif count:  # a new view of some value
             base = r.randrange(count)
             v = copy.deepcopy(p["values"][base])
-            v.update(kind=4, index=base, offset=self.edge(v["offset"], 4))
+            v.update(kind=_C.ProgramValueKind.VIEW, index=base, offset=self.edge(v["offset"], 4))
             if v["sizes"]:
                 v["sizes"][0] = self.edge(v["sizes"][0], v["sizes"][0] + 1)
             p["values"].append(v)
@@ -189,7 +193,7 @@ def main():
         print(f"round {round_}", flush=True)
         try:
             payload = _C.encode_program(program)
-        except (TypeError, RuntimeError, OverflowError):
+        except (TypeError, ValueError, RuntimeError, OverflowError):
             outcome["unencodable"] += 1
             continue
         try:

@@ -93,16 +93,16 @@ def rms_norm(x, weight):
     return weight * (x.float() * torch.rsqrt(variance + 1e-6)).to(x.dtype)
 
 
-def kept_payloads(monkeypatch):
+def kept_programs(monkeypatch):
     """The list that receives each program compiled from now on (this test only)."""
-    payloads = []
+    programs = []
     original = backend.debug.preserve
 
-    def keep(name, gm, payload):
-        payloads.append(payload)
-        original(name, gm, payload)
+    def keep(name, gm, program):
+        programs.append(program)
+        original(name, gm, program)
     monkeypatch.setattr(backend.debug, "preserve", keep)
-    return payloads
+    return programs
 
 
 def programs_of(fn, *args):
@@ -110,9 +110,9 @@ def programs_of(fn, *args):
     summaries = []
     original = backend.debug.preserve
 
-    def keep(name, gm, payload):
-        summaries.append(_C.describe_program(payload))
-        original(name, gm, payload)
+    def keep(name, gm, program):
+        summaries.append(program.describe())
+        original(name, gm, program)
     backend.debug.preserve = keep
     try:
         torch._dynamo.reset()
@@ -196,7 +196,7 @@ def test_rotary_concatenation_and_static_cache_update_run_as_direct_kernels(monk
         x1, x2 = x[..., :4], x[..., 4:]
         return torch.cat((-x2, x1), dim=-1) * x
 
-    payloads = kept_payloads(monkeypatch)
+    programs = kept_programs(monkeypatch)
     torch._dynamo.reset()
     compiled = torch.compile(step, backend="neuron", fullgraph=True)
     cache, cache_cpu = torch.zeros(1, 2, 6, 8, device="neuron"), torch.zeros(1, 2, 6, 8)
@@ -206,10 +206,9 @@ def test_rotary_concatenation_and_static_cache_update_run_as_direct_kernels(monk
         got = compiled(cache, index.to("neuron"), key.to("neuron"), x.to("neuron"))
         expected = step(cache_cpu, index, key, x)
         assert torch.equal(got.cpu(), expected) and torch.equal(cache.cpu(), cache_cpu)
-    (payload,) = payloads
-    program = _C.Program(payload, 0)
-    assert "aten::cat" in _C.describe_program(payload)["ops"]
-    assert program.dispatched_nodes == 0, _C.describe_program(payload)["ops"]
+    (program,) = programs
+    assert "aten::cat" in program.describe()["ops"]
+    assert program.dispatched_nodes == 0, program.describe()["ops"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64], ids=str)
@@ -223,14 +222,14 @@ def test_ops_with_a_python_number_run_as_direct_kernels(dtype, monkeypatch, tmp_
         return x * 0.125, x + 1e-3, x - 2, x / 3, x * 3, 2.5 + x
 
     x = (torch.randn(3, 8) * 8).to(dtype)
-    payloads = kept_payloads(monkeypatch)
+    programs = kept_programs(monkeypatch)
     torch._dynamo.reset()
     got = torch.compile(f, backend="neuron", fullgraph=True)(x.to("neuron"))
     for g, e in zip(got, f(x)):
         assert g.dtype == e.dtype and torch.equal(g.cpu(), e), (g, e)
-    (payload,) = payloads
-    ops = _C.describe_program(payload)["ops"]
-    assert _C.Program(payload, 0).dispatched_nodes == 0, ops
+    (program,) = programs
+    ops = program.describe()["ops"]
+    assert program.dispatched_nodes == 0, ops
 
 
 def test_program_profile_counts_each_step(tmp_path):

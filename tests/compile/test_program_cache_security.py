@@ -218,7 +218,9 @@ def _program(values, nodes, outputs, inputs=(0,)):
             "outputs": outputs, "arena_bytes": 0, "metadata": {}}
 
 
-VALUE, INT, INTS, NONE, STRING = 1, 2, 5, 0, 9
+Kind, Arg = _C.ProgramValueKind, _C.ProgramArgKind  # Note [The program schema in Python]
+INPUT, OUTPUT, DYNAMIC = Kind.INPUT, Kind.OUTPUT, Kind.DYNAMIC
+VALUE, INT, INTS, NONE, STRING, BOOL = Arg.VALUE, Arg.INT, Arg.INT_LIST, Arg.NONE, Arg.STRING, Arg.BOOL
 
 
 def _arg(kind, integer=0, values=()):
@@ -229,7 +231,7 @@ def test_a_kernel_result_outside_its_storage_is_refused(neuron):
     # _reshape_alias builds its result from its arguments unchecked: a 4-element input seen as
     # 4096 elements would hand 16 KB of whatever follows it to the next node.
     program = _program(
-        [_value(0, [4]), _value(5, [4096]), _value(3, [4096])],
+        [_value(INPUT, [4]), _value(DYNAMIC, [4096]), _value(OUTPUT, [4096])],
         [{"op": "aten::_reshape_alias", "args": [_arg(VALUE, 0), _arg(INTS, values=[4096]), _arg(INTS, values=[1])],
           "outputs": [1]},
          {"op": "aten::clone", "args": [_arg(VALUE, 1), _arg(NONE)], "outputs": [2]}],
@@ -240,18 +242,18 @@ def test_a_kernel_result_outside_its_storage_is_refused(neuron):
 
 
 def test_arguments_must_be_of_the_kind_their_schema_takes():
-    program = _program([_value(0, [4]), _value(3, [4])],
+    program = _program([_value(INPUT, [4]), _value(OUTPUT, [4])],
                        [{"op": "aten::neg", "args": [_arg(NONE)], "outputs": [1]}], [1])
     with pytest.raises(RuntimeError, match=r"aten::neg argument 0 \(self\): None for a value that is not optional"):
         _C.Program(_C.encode_program(program), 0)
     program["nodes"][0] = {"op": "aten::sum.dim_IntList",
-                           "args": [_arg(VALUE, 0), _arg(VALUE, 0), _arg(4), _arg(NONE)], "outputs": [1]}
+                           "args": [_arg(VALUE, 0), _arg(VALUE, 0), _arg(BOOL), _arg(NONE)], "outputs": [1]}
     with pytest.raises(RuntimeError, match=r"argument 1 \(dim\): a program argument of kind 1 for type int"):
         _C.Program(_C.encode_program(program), 0)
 
 
 def test_reading_files_is_refused():
-    program = _program([_value(0, [4]), _value(3, [4])],
+    program = _program([_value(INPUT, [4]), _value(OUTPUT, [4])],
                        [{"op": "aten::from_file", "args": [(STRING, 0, 0.0, [], [], "/etc/passwd")] + [_arg(NONE)] * 6,
                          "outputs": [1]}], [1])
     with pytest.raises(RuntimeError, match="programs may not read or map files"):

@@ -207,16 +207,15 @@ class NeuronProgramCode(OutputCode):
         if self.program is not None:
             return
         started = time.perf_counter_ns()
-        found = cache.lookup(self.key)
+        found = cache.load(self.key, self.device)
         if found is None:  # AOTAutograd's cache then compiles the graph again
             raise BypassAOTAutogradCache(f"program {self.key} of graph {self.name} is not in the program cache "
                                          f"({cache.directory()})")
-        payload, _, _ = found
+        self.program, payload_bytes = found
         context = _active.context
         if context is not None:
             self.name = _graph_name(context, self.graph_type)
-        self.program = _C.Program(payload, self.device)
-        _record_compiled(self, context, payload, started, fx_passes_us=0, lower_us=0, cache_hit=True,
+        _record_compiled(self, context, payload_bytes, started, fx_passes_us=0, lower_us=0, cache_hit=True,
                          compile_us=(time.perf_counter_ns() - started) // 1000)
 
     def set_triton_bundle(self, triton_bundle):
@@ -308,9 +307,9 @@ def _record_graph(name, key, context, nodes, *, has_collectives, fx_passes_us, l
         recompile_reason=context.get("recompile_reason") if context else None, cache_hit=cache_hit))
 
 
-def _record_compiled(code, context, payload, started, *, fx_passes_us, lower_us, compile_us, cache_hit):
+def _record_compiled(code, context, payload_bytes, started, *, fx_passes_us, lower_us, compile_us, cache_hit):
     _C.metrics_record("CompilationCache.CompilationTime", (time.perf_counter_ns() - started) / 1e9)
-    _C.metrics_record("CompilationCache.NeffSize", float(len(payload)))
+    _C.metrics_record("CompilationCache.NeffSize", float(payload_bytes))
     _record_graph(code.name, code.key, context, code.nodes, has_collectives=False, fx_passes_us=fx_passes_us,
                   lower_us=lower_us, compile_us=compile_us, cache_hit=cache_hit)
     log.info("[NEFF_CACHE] Cache %s for key: %s (%s)", "HIT" if cache_hit else "MISS", code.key, code.name)
@@ -342,32 +341,34 @@ def _compile_graph_now(gm, example_inputs, *, context, graph_type):
     started = time.perf_counter_ns()
     device = context["device"]
     key = cache.key_for(gm, example_inputs, graph_type)
-    found = cache.lookup(key)
+    found = cache.load(key, device)
     fx_passes_us = lower_us = 0
-    if found is not None:
-        payload, layout, stats = found
+    if found is not None:  # one call: read, decoded once, built
+        program, payload_bytes = found
+        layout = json.loads(program.metadata["layout"])
+        compile_us = (time.perf_counter_ns() - started) // 1000
     else:
         stats = passes.run_passes(gm, on_device_ops=context["on_device_ops"])
         passed = time.perf_counter_ns()
         fx_passes_us = (passed - started) // 1000
-        program, layout = lower(gm, name, metadata={"model_name": context["model_name"], "graph_type": graph_type,
-                                                    "nodes": stats["nodes"]})
+        desc, layout = lower(gm, name, metadata={"model_name": context["model_name"], "graph_type": graph_type,
+                                                 "nodes": stats["nodes"]})
         try:
-            program["metadata"]["layout"] = json.dumps(layout)
+            desc["metadata"]["layout"] = json.dumps(layout)
         except TypeError:  # an output that is not plain data: this program is not cached
-            program["metadata"]["layout"] = ""
-        payload = _C.encode_program(program)
-        lower_us = (time.perf_counter_ns() - passed) // 1000
-        if program["metadata"]["layout"]:
-            cache.store(key, payload, layout, stats)
+            desc["metadata"]["layout"] = ""
+        lowered = time.perf_counter_ns()
+        lower_us = (lowered - passed) // 1000
+        # one call: checked, built, encoded and stored
+        program, payload_bytes = cache.load_new(key, desc, device, keep=bool(desc["metadata"]["layout"]))
+        compile_us = (time.perf_counter_ns() - lowered) // 1000
         _C.metrics_increment("CompilationCache.TotalCompilations", 1)
-    loaded = time.perf_counter_ns()
     code = NeuronProgramCode(key=key, name=name, graph_type=graph_type, layout=layout, device=device,
-                             nodes=int(stats.get("nodes", 0)), program=_C.Program(payload, device),
+                             nodes=int(program.metadata.get("nodes", 0)), program=program,
                              fallback_gm=gm if context["fallback"] else None)
-    _record_compiled(code, context, payload, started, fx_passes_us=fx_passes_us, lower_us=lower_us,
-                     compile_us=(time.perf_counter_ns() - loaded) // 1000, cache_hit=found is not None)
-    debug.preserve(name, gm, payload)
+    _record_compiled(code, context, payload_bytes, started, fx_passes_us=fx_passes_us, lower_us=lower_us,
+                     compile_us=compile_us, cache_hit=found is not None)
+    debug.preserve(name, gm, program)
     return code
 
 

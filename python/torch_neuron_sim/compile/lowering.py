@@ -19,10 +19,15 @@ from torch.fx import Node
 from .. import _C
 from . import fusion, memory_plan
 
-# ProgramValue kinds, ProgramArg kinds (runtime/program.h).
-INPUT, CONSTANT, ARENA, OUTPUT, VIEW, DYNAMIC = range(6)
-A_NONE, A_VALUE, A_INT, A_DOUBLE, A_BOOL, A_INTS, A_DOUBLES, A_BOOLS, A_VALUES, A_STRING, A_DEVICE, \
-    A_DTYPE, A_LAYOUT, A_FORMAT = range(14)
+# The kinds of runtime/program.h, as bound by csrc/compile/Bindings.cpp (Note [The program
+# schema in Python]); kept as plain ints for the description's dicts and tuples.
+_ValueKind, _ArgKind = _C.ProgramValueKind, _C.ProgramArgKind
+INPUT, CONSTANT, ARENA, OUTPUT, VIEW, DYNAMIC = (int(_ValueKind.INPUT), int(_ValueKind.CONSTANT), int(_ValueKind.ARENA),
+                                                 int(_ValueKind.OUTPUT), int(_ValueKind.VIEW), int(_ValueKind.DYNAMIC))
+A_NONE, A_VALUE, A_INT, A_DOUBLE, A_BOOL, A_INTS, A_DOUBLES, A_BOOLS, A_VALUES, A_STRING, A_DEVICE, A_DTYPE, \
+    A_LAYOUT, A_FORMAT = (int(getattr(_ArgKind, name)) for name in (
+        "NONE", "VALUE", "INT", "DOUBLE", "BOOL", "INT_LIST", "DOUBLE_LIST", "BOOL_LIST", "VALUE_LIST", "STRING",
+        "DEVICE", "SCALAR_TYPE", "LAYOUT", "MEMORY_FORMAT"))
 
 aten = torch.ops.aten
 VIEW_OPS = {
@@ -34,13 +39,18 @@ VIEW_OPS = {
     aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default, aten.movedim.int,
 }
 
-_dtype_codes = {}
+_codes = {}
+
+
+def _code(value, code_of):
+    """c10's code of a torch.dtype / layout / memory_format (asked once per value)."""
+    if value not in _codes:
+        _codes[value] = code_of(value)
+    return _codes[value]
 
 
 def dtype_code(dtype):
-    if dtype not in _dtype_codes:
-        _dtype_codes[dtype] = _C.scalar_type_code(dtype)
-    return _dtype_codes[dtype]
+    return _code(dtype, _C.scalar_type_code)
 
 
 class LoweringError(RuntimeError):
@@ -113,8 +123,8 @@ class Lowering:
         return self._new_root(ARENA, t)
 
     # ---- nodes ----------------------------------------------------------------------------
-    def _arg(self, value, arg_type):
-        type_text = str(arg_type)
+    def _arg(self, value, argument):
+        type_text = str(argument.type)
         if value is None:
             return (A_NONE, 0, 0.0, [], [], "")
         if isinstance(value, Node):
@@ -122,15 +132,13 @@ class Lowering:
             if isinstance(mapped, int):
                 self._use(mapped)
                 return (A_VALUE, mapped, 0.0, [], [], "")
-            return self._arg(mapped, arg_type)  # a constant Python value made by a node
+            return self._arg(mapped, argument)  # a constant Python value made by a node
         if isinstance(value, torch.dtype):
             return (A_DTYPE, dtype_code(value), 0.0, [], [], "")
         if isinstance(value, torch.layout):
-            return (A_LAYOUT, {torch.strided: 0, torch.sparse_coo: 1}.get(value, 0), 0.0, [], [], "")
+            return (A_LAYOUT, _code(value, _C.layout_code), 0.0, [], [], "")
         if isinstance(value, torch.memory_format):
-            codes = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
-                     torch.channels_last_3d: 3}
-            return (A_FORMAT, codes[value], 0.0, [], [], "")
+            return (A_FORMAT, _code(value, _C.memory_format_code), 0.0, [], [], "")
         if isinstance(value, torch.device):
             return (A_DEVICE, 0, 0.0, [], [], "")
         if isinstance(value, bool):
@@ -158,7 +166,7 @@ class Lowering:
                 return (A_INTS, 0, 0.0, list(value), [], "")
             if all(isinstance(v, (int, float)) for v in value):
                 return (A_DOUBLES, 0, 0.0, [], [float(v) for v in value], "")
-        raise LoweringError(f"an argument of type {type(value).__name__} ({value!r}) for {type_text}")
+        raise LoweringError(f"an argument of type {type(value).__name__} ({value!r}) for {argument.real_type}")
 
     def _use(self, vid):
         root = self._root_of(vid)
@@ -184,7 +192,7 @@ class Lowering:
                 args.append(None)  # the executor passes the device's default generator
             else:
                 raise LoweringError(f"{node.format_node()}: no value for argument {argument.name}")
-        return [self._arg(value, argument.type) for value, argument in zip(args, schema.arguments)]
+        return [self._arg(value, argument) for value, argument in zip(args, schema.arguments)]
 
     def _op_name(self, target):
         schema = target._schema
@@ -402,7 +410,7 @@ def returned_values(schema, val, node=None):
 
 
 def lower(gm, name, metadata=None, device_type="neuron"):
-    """(program dict for _C.encode_program, output layout)."""
+    """(program description for _C.Program.from_desc, output layout)."""
     lowering = Lowering(gm, device_type, name, metadata)
     program = lowering.lower()
     return program, lowering.layout
