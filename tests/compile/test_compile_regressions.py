@@ -6,7 +6,9 @@ while the behaviour it checks holds. The contracts they guard for torch.compile(
 - two threads (on one stream or two, launch-blocking or asynchronous) may run one compiled
   function at once, also with a custom op whose Python kernel gives up the GIL;
 - random ops in a program draw from the neuron generator, in program order with the host's
-  draws (same values in asynchronous and launch-blocking mode), never from the CPU's;
+  draws (same values in asynchronous and launch-blocking mode), never from the CPU's; each is
+  lowered with its generator overload of the same signature and its arguments' own kinds
+  (randint, randperm, randint_like(x, tensor) compile);
 - a graph may return constants, CPU tensors and tensor lists, take CPU scalars and Python
   numbers where the schema wants a tensor, and fail its backward's compile into the fallback;
 - the 64-bit rule compiled equals eager: ops with several results, view(dtype) and as_strided

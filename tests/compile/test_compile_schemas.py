@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 import torch_neuronx  # noqa: F401
 from torch_neuron_sim.compile.backend import NEFFExecutionError
-from torch_neuron_sim.compile.lowering import LoweringError, returned_values
+from torch_neuron_sim import _C
+from torch_neuron_sim.compile.lowering import Lowering, LoweringError, returned_values
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
@@ -209,3 +210,32 @@ def test_a_failing_check_in_asynchronous_mode_fails_the_stream(tmp_path):
     assert result.returncode != 0 and "returned" in result.stdout, result.stderr[-2000:]
     assert "an asynchronous task failed" in result.stderr and "Class values must be non-negative" in result.stderr, \
         result.stderr[-2000:]
+
+
+# ---- arguments given as numbers -----------------------------------------------------------------
+
+def test_every_schema_default_of_an_enum_type_is_encoded_with_its_own_kind():
+    """A ScalarType, Layout or MemoryFormat argument the graph leaves to its default (PyTorch
+    gives `ScalarType? dtype=long` as the int 4) is encoded with the kind of its real type, as a
+    torch.dtype is: the loader refuses an int for a ScalarType. Every default in every ATen
+    schema; the codes are c10's (_C.scalar_type_code and friends)."""
+    kinds = {"ScalarType": _C.ProgramArgKind.SCALAR_TYPE, "Layout": _C.ProgramArgKind.LAYOUT,
+             "MemoryFormat": _C.ProgramArgKind.MEMORY_FORMAT}
+    lowering = Lowering(None)
+    checked = 0
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for overload in packet.overloads():
+            for argument in getattr(packet, overload)._schema.arguments:
+                real = str(argument.real_type).removeprefix("Optional[").removesuffix("]")
+                default = argument.default_value if argument.has_default_value() else None
+                if real in kinds and isinstance(default, int):
+                    assert lowering._arg(default, argument)[:2] == (int(kinds[real]), default), (overload, argument)
+                    checked += 1
+    assert checked >= 9  # randint's and randperm's `dtype=long` among them
+    assert lowering._arg(torch.int64, torch.ops.aten.randperm.generator._schema.arguments[2])[:2] == \
+        (int(_C.ProgramArgKind.SCALAR_TYPE), _C.scalar_type_code(torch.int64)) == (int(_C.ProgramArgKind.SCALAR_TYPE), 4)
+    assert lowering._arg(torch.channels_last, torch.ops.aten.empty.memory_format._schema.arguments[-1])[:2] == \
+        (int(_C.ProgramArgKind.MEMORY_FORMAT), _C.memory_format_code(torch.channels_last))

@@ -98,6 +98,12 @@ COMPILED = {
     "dropout": lambda x: F.dropout(x, 0.5, training=True),
     "rand": lambda x: torch.rand(x.shape, device=x.device) + x,
     "randn": lambda x: torch.randn(x.shape, device=x.device) + x,
+    "randn.bfloat16": lambda x: torch.randn(x.shape, device=x.device, dtype=torch.bfloat16) * x,
+    "randint": lambda x: torch.randint(0, 10, x.shape, device=x.device) + x,
+    "randint.int32": lambda x: torch.randint(-5, 5, x.shape, device=x.device, dtype=torch.int32) * x,
+    "randperm": lambda x: torch.randperm(x.numel(), device=x.device).view(x.shape) + x,
+    "randint_like.Tensor": lambda x: torch.randint_like(x, torch.tensor(10)) + x,  # high: a CPU scalar, as on CUDA
+    "randint_like.low_dtype": lambda x: torch.randint_like(x, 3, 9, dtype=torch.int64) + x,
 }
 
 

@@ -22,7 +22,7 @@ from torch.compiler._cache import CacheArtifact, CacheArtifactFactory, CacheArti
 
 from .. import _C
 
-COMPILER_VERSION = "torch-neuron-sim-compiler-2"
+COMPILER_VERSION = "torch-neuron-sim-compiler-3"
 _cache = None
 
 

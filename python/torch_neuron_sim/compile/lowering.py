@@ -28,6 +28,9 @@ A_NONE, A_VALUE, A_INT, A_DOUBLE, A_BOOL, A_INTS, A_DOUBLES, A_BOOLS, A_VALUES, 
     A_LAYOUT, A_FORMAT = (int(getattr(_ArgKind, name)) for name in (
         "NONE", "VALUE", "INT", "DOUBLE", "BOOL", "INT_LIST", "DOUBLE_LIST", "BOOL_LIST", "VALUE_LIST", "STRING",
         "DEVICE", "SCALAR_TYPE", "LAYOUT", "MEMORY_FORMAT"))
+# An argument of these types given as a number (a schema's default, e.g. `ScalarType? dtype=long`
+# is 4) holds c10's code, which is what the argument kind's integer holds.
+_ENUM_ARGUMENTS = {"ScalarType": A_DTYPE, "Layout": A_LAYOUT, "MemoryFormat": A_FORMAT}
 
 aten = torch.ops.aten
 VIEW_OPS = {
@@ -51,6 +54,14 @@ def _code(value, code_of):
 
 def dtype_code(dtype):
     return _code(dtype, _C.scalar_type_code)
+
+
+def _enum_kind(real_type):
+    """The argument kind of a ScalarType / Layout / MemoryFormat argument (optional or not), else None."""
+    text = str(real_type)
+    if text.startswith("Optional[") and text.endswith("]"):
+        text = text[len("Optional["):-1]
+    return _ENUM_ARGUMENTS.get(text)
 
 
 class LoweringError(RuntimeError):
@@ -144,7 +155,7 @@ class Lowering:
         if isinstance(value, bool):
             return (A_BOOL, int(value), 0.0, [], [], "")
         if isinstance(value, int):
-            return (A_INT, value, 0.0, [], [], "")
+            return (_enum_kind(argument.real_type) or A_INT, value, 0.0, [], [], "")
         if isinstance(value, float):
             return (A_DOUBLE, 0, value, [], [], "")
         if isinstance(value, str):
