@@ -1,7 +1,7 @@
 """Note [Patches of torch internals]
 The backend needs three things torch has no public hook for. Each is patched here and only
 here, each relies on named internals of torch, and each has tests that fail when a torch
-release moves those internals (tests/test_compile_torch_patches.py checks the internals
+release moves those internals (tests/compile/test_compile_torch_patches.py checks the internals
 themselves; the end-to-end tests named below check what the patch is for). Upgrading torch:
 run those tests first.
 
@@ -17,8 +17,9 @@ run those tests first.
    Relies on: the module's name; its register_backend, lookup_backend and _COMPILER_FNS; its
    loader having exec_module.
    Tests: test_compile_torch_patches.py::test_the_backend_registers_as_dynamos_registry_loads;
-   test_import_review.py (01: first compiles on two threads at once; 03: autoload off and a
-   lookup by name); test_compile.py::test_backend_is_registered_and_found_through_the_entry_point.
+   tests/device/regressions/concurrent_first_compile_duplicate_name.py and
+   autoload_off_compile_by_name_duplicate.py (run by test_device_regressions.py);
+   tests/compile/test_compile.py::test_backend_is_registered_and_found_through_the_entry_point.
 
 2. select_neuron_for_neuron_tensors(backend): wraps torch._TorchCompileInductorWrapper.__call__
    (what torch.compile(model) without a backend calls) so that a graph whose inputs are on the
@@ -29,7 +30,7 @@ run those tests first.
    Relies on: the class's name, __call__(self, model_, inputs_, *, config_patches=None), and
    its `config` (Inductor options or a mode: empty for the default mode).
    Tests: test_compile_torch_patches.py::test_torch_compile_without_a_backend_goes_through_the_wrapped_call;
-   test_compile.py::test_compile_without_backend_auto_selects_neuron_on_neuron_tensors.
+   tests/compile/test_compile.py::test_compile_without_backend_auto_selects_neuron_on_neuron_tensors.
 
 3. aot_autograd_cache_key(key_function): a context manager that replaces
    torch._functorch._aot_autograd.autograd_cache.autograd_cache_key (unittest.mock) while our
@@ -40,7 +41,7 @@ run those tests first.
    Relies on: AOTAutogradCache.try_load calling the module's autograd_cache_key(mod, args,
    aot_config, compiler_config_extra) through its global name and taking (key, debug lines).
    Tests: test_compile_torch_patches.py::test_aotautograds_cache_asks_the_patched_key_function;
-   test_compile.py::test_a_warm_start_takes_inference_and_training_graphs_from_aotautograds_cache
+   tests/compile/test_compile.py::test_a_warm_start_takes_inference_and_training_graphs_from_aotautograds_cache
    (its entries are named by our key: "aneuron...").
 
 Import cost: this module is loaded with the package at `import torch` (the device entry
