@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, CompileConfig
 import torch_neuronx
 from tiny_models import CONFIGS, build
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import ROOT  # noqa: E402
+
+sys.path.insert(0, ROOT)
 
 from conformance.arch_sweep import ATOL, NEW_TOKENS, OK, check_architecture  # noqa: E402
 

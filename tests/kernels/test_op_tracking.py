@@ -73,7 +73,7 @@ def test_plain_generate_prints_no_warning_and_reports_only_true_fallbacks():
         print("WARNINGS", len(caught), [str(w.message)[:80] for w in caught])
         print("FALLBACK", sorted(torch_neuronx.get_fallback_ops()))
     """)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from conftest import ROOT as root
     result = run_python(f"import os; os.chdir({root!r})\n" + code, env={"TORCH_NEURONX_LOG_LEVEL": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "WARNINGS 0 []" in result.stdout, result.stdout
