@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "NeuronCommon.h"
-#include "distributed/ProcessGroupNeuron.h"
+#include "distributed/CompletionThreads.h"
 
 namespace torch_neuron {
 

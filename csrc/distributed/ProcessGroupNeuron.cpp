@@ -30,6 +30,7 @@
 #include "../NeuronCommon.h"
 #include "../HostViews.h"
 #include "../Launch.h"
+#include "CompletionThreads.h"
 
 namespace torch_neuron {
 namespace {
@@ -304,202 +305,6 @@ std::function<void()> averaging(std::vector<at::Tensor> views, int size) {
   };
 }
 
-// Note [Completion threads]
-// Point-to-point works (Gloo's send and recv have no future) are waited for here, never on
-// the transport's one thread, and their futures completed (with the callbacks chained on
-// them: the user's code, which may block). A task never waits for a busy thread: when every
-// thread is busy a new one starts. Threads left idle for a minute end. One pool per process
-// (a forked child makes its own: the parent's threads are not in it).
-// One T per process, made at first use; a forked child makes its own (its parent's threads
-// are not in it). Never freed: detached threads may still use it at exit.
-template <typename T>
-T& per_process() {
-  static std::mutex made;
-  static T* instance = nullptr;
-  static pid_t owner = 0;
-  std::lock_guard<std::mutex> lock(made);
-  if (!instance || owner != getpid()) {
-    instance = new T();
-    owner = getpid();
-  }
-  return *instance;
-}
-
-class CompletionThreads {
- public:
-  static CompletionThreads& get() { return per_process<CompletionThreads>(); }
-
-  void post(std::function<void()> task) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    tasks_.push_back(std::move(task));
-    if (tasks_.size() > idle_) {
-      std::thread([this] { serve(); }).detach();
-    } else {
-      ready_.notify_one();
-    }
-  }
-
- private:
-  void serve() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      ++idle_;
-      const bool has_task = ready_.wait_for(lock, std::chrono::seconds(60), [&] { return !tasks_.empty(); });
-      --idle_;
-      if (!has_task) return;
-      std::function<void()> task = std::move(tasks_.front());
-      tasks_.pop_front();
-      lock.unlock();
-      try {
-        task();
-      } catch (abi::__forced_unwind&) {
-        throw;  // the thread ends: it took the GIL once Python finalized (pthread_exit)
-      } catch (...) {
-        // tasks report their errors through their Work's future
-      }
-      task = nullptr;  // what it held goes outside the lock
-      lock.lock();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<std::function<void()>> tasks_;
-  size_t idle_ = 0;  // threads waiting for a task
-
- public:
-  // Note [Completions at exit]: a completion counts from when it is posted until it ended;
-  // Python's atexit waits for the count to reach zero (up to a limit). It runs unless Python is
-  // finalizing (may_run()). See NeuronWork::complete().
-  void post_completion(std::function<void()> completion) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++completions_;
-    }
-    post([this, completion = std::move(completion)]() mutable {
-      struct Ended {
-        CompletionThreads& threads;
-        std::function<void()>& completion;
-        ~Ended() {
-          completion = nullptr;  // what it holds goes before it counts as ended
-          std::lock_guard<std::mutex> lock(threads.mutex_);
-          if (--threads.completions_ == 0) threads.ended_.notify_all();
-        }
-      } ended{*this, completion};
-      completion();
-    });
-  }
-  static bool may_run() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
-  // Set by Python's atexit: from then on a completion takes the GIL before it starts.
-  bool exiting() const { return exiting_.load(); }
-  void wait_for_exit(std::chrono::milliseconds limit) {
-    exiting_.store(true);
-    std::unique_lock<std::mutex> lock(mutex_);
-    ended_.wait_for(lock, limit, [&] { return completions_ == 0; });
-  }
-
- private:
-  std::condition_variable ended_;
-  size_t completions_ = 0;  // posted and not ended
-  std::atomic<bool> exiting_{false};
-};
-
-// Note [Releasing a Work off the transport's threads]
-// A Work's last reference may hold tensors Python owns (its outputs, its future's value):
-// dropping it takes the GIL. A transport's thread (Gloo's, the shared-memory communication
-// thread) must never wait for the GIL: the thread holding it may be waiting for a collective
-// behind the one this thread just finished (a host wait that keeps the GIL, as a generator's
-// drain does: PowerSGD's hook calls torch.manual_seed, which waits for the device's streams,
-// the communication stream included), and the transport would then never run it; both
-// waited until the group's timeout (the intermittent PowerSGD failure of issue 9). Those
-// threads hand their references to the releaser thread, which drops them: a collective's
-// tensors the caller dropped may count in memory_allocated() for a moment after it ended.
-// Once Python is finalizing, taking the GIL ends the calling thread (pthread_exit), which
-// unwinding through a destructor turns into std::terminate: the releaser takes the GIL
-// before it drops anything (so the thread just ends), and what is still held then is left
-// to the process's exit.
-// One thread per process drops them, in order (review 10, finding 4: with a completion
-// thread per release, a long GIL hold piled up one blocked thread per finished collective).
-// Nothing waits for a release, so one blocked on the GIL holds up only the releases behind it.
-class Releaser {
- public:
-  static Releaser& get() { return per_process<Releaser>(); }
-
-  void post(std::function<void()> release) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (closed_) return;  // after drain_for_exit(): left to the exit
-    queue_.push_back(std::move(release));
-    if (!started_) {
-      started_ = true;
-      std::thread([this] { serve(); }).detach();
-    }
-    ready_.notify_one();
-  }
-
- private:
-  void serve() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      ready_.wait(lock, [&] { return !queue_.empty(); });
-      std::function<void()> release = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = true;
-      lock.unlock();
-      release();
-      release = nullptr;
-      lock.lock();
-      running_ = false;
-      if (queue_.empty()) idle_.notify_all();
-    }
-  }
-
- public:
-  // Python's atexit, before the interpreter starts finalizing (called without the GIL): the
-  // queued releases run (they take the GIL), and later ones are left to the exit. Dropping a
-  // tensor may release and retake the GIL inside its destructors (THPVariable's dealloc), and
-  // retaking it once Python finalizes ends the thread there: std::terminate (make
-  // test-distributed, "gloo only", about 1 run in 7, even with the GIL taken first).
-  void drain_for_exit(std::chrono::milliseconds limit) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    idle_.wait_for(lock, limit, [&] { return queue_.empty() && !running_; });
-    closed_ = true;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::condition_variable idle_;
-  std::deque<std::function<void()>> queue_;
-  bool started_ = false;
-  bool running_ = false;
-  bool closed_ = false;
-};
-
-}  // namespace
-
-void quiesce_collectives_for_exit() {
-  CompletionThreads::get().wait_for_exit(std::chrono::seconds(10));
-  Releaser::get().drain_for_exit(std::chrono::seconds(10));
-}
-
-namespace {
-
-template <typename... Held>
-void release_off_transport(Held&&... held) {
-  auto* kept = new std::tuple<std::decay_t<Held>...>(std::move(held)...);
-  Releaser::get().post([kept] {
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // left to the exit
-    // The GIL is taken here, not inside the destructors below: Python may begin finalizing
-    // after the check above, and taking the GIL then ends this thread (pthread_exit), whose
-    // unwinding through a destructor (noexcept) was std::terminate at the process's exit
-    // (tests/dist_review/06, 1 round in 6). Here it just ends the thread; `kept` is left to
-    // the exit. With the GIL held, the destructors' own acquisitions do not wait.
-    const PyGILState_STATE gil = PyGILState_Ensure();
-    delete kept;
-    PyGILState_Release(gil);
-  });
-}
-
 // Note [ProcessGroupNeuron]: the Work of one collective.
 class NeuronWork final : public c10d::Work {
  public:
@@ -645,20 +450,8 @@ class NeuronWork final : public c10d::Work {
     }
     signal_->done_cv.notify_all();
     if (!transport_work_ || transport_future_) return;
-    // Note [Completions at exit]: completing the future runs its callbacks (Python ones among
-    // them) and drops them and its value, which take the GIL; once Python finalizes, taking it
-    // ends the thread (pthread_exit), which inside a noexcept destructor is std::terminate
-    // (isend/irecv with a `then` callback, then exit: 3 processes in 60). A completion that
-    // starts once Python finalizes leaves its future and references to the exit; Python's
-    // atexit waits for the ones posted (up to 10 s; counting from the run, not the post, let
-    // one posted just before the exit run into it: 3 processes in 20), and the ones posted
-    // after it take the GIL first (a transfer that ended after it: 2 processes in 80). Before
-    // that, the GIL is not taken here: a thread waiting on the future while holding it
-    // (torch.jit.wait) would wait forever (review 14, finding 1). Limits: after our atexit (in
-    // a handler registered before `import torch`), waiting on a point-to-point future with the
-    // GIL held waits forever; a completion still running 10 s after our atexit, with a
-    // callback that releases the GIL, can still meet the finalization (review 14, finding 2,
-    // is such a callback, 2 ms sleeps, ended within the 10 s).
+    // Note [Completions at exit]: the future's callbacks and value are dropped on a completion
+    // thread, counted for Python's atexit, never once Python finalizes.
     CompletionThreads::get().post_completion([future = future_, value = value_, error]() mutable {
       using Held = std::pair<c10::intrusive_ptr<c10::ivalue::Future>, c10::IValue>;
       if (!CompletionThreads::may_run()) {  // left to the exit

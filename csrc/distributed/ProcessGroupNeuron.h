@@ -99,11 +99,6 @@ class ShmGroup;
 
 namespace torch_neuron {
 
-// Python's atexit (before finalizing; without the GIL): the running completions end (Note
-// [Completions at exit]) and the pending releases, later ones are left to the exit (Note
-// [Releasing a Work off the transport's threads]).
-void quiesce_collectives_for_exit();
-
 class ProcessGroupNeuron final : public c10d::Backend {
  public:
   // `transport`: a ProcessGroupGloo over the group's store, rank and size. `store`: that
