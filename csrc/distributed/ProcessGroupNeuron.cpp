@@ -141,7 +141,7 @@ class Call {
   template <typename Body>
   c10::intrusive_ptr<c10d::Work> run(Body&& body) {
     try {
-      if (group_.aborted()) C10_THROW_ERROR(DistBackendError, "the process group was aborted (abort() was called)");
+      if (group_.queue().aborted()) C10_THROW_ERROR(DistBackendError, "the process group was aborted (abort() was called)");
       return body();
     } catch (...) {
       rethrow_in_context(group_.describe(name_));
@@ -176,7 +176,7 @@ class Call {
   // device's current stream has run (before any host access to the views, too).
   c10d::Backend& transport(c10d::Backend& backend) {
     ready();
-    group_.wait_shared_works();  // one order with the shared-memory collectives issued before
+    group_.queue().wait_queued();  // one order with the shared-memory collectives issued before
     return backend;
   }
   void ready() {
@@ -257,10 +257,10 @@ class Call {
                                                 std::move(finish_steps_), future_devices());
     ProcessGroupNeuron& group = group_;
     const Clock::time_point deadline = deadline_;
-    group.enqueue_shared([&group, work, deadline, shm, body = std::move(body)]() mutable {
+    group.queue().enqueue([&group, work, deadline, shm, body = std::move(body)]() mutable {
       std::exception_ptr error;
       try {
-        group.wait_transport_works();
+        group.queue().wait_transport_works();
         // The Work's deadline: its error (naming the ranks waited for) lands just before
         // wait() would give up with a plainer one (Note [ProcessGroupNeuron], Faults).
         if (shm) {
@@ -300,7 +300,7 @@ class Call {
         transport_work, std::move(finish_steps_),
         transport_future ? future_devices() : std::vector<c10::Device>{});
     if (transport_future) {
-      group_.note_transport_work(work);  // not send/recv: a preposted recv must not hold up collectives
+      group_.queue().note_transport_work(work);  // not send/recv: a preposted recv must not hold up collectives
       // Runs on the transport's thread (or here, when it has already finished), so the
       // finishing steps end before the transport starts the next collective. The cycle
       // work -> transport work -> its future -> this callback ends when the future completes.
@@ -312,7 +312,7 @@ class Call {
       // Point-to-point: neither on the stream nor blocking in launch-blocking mode (an isend
       // waiting for its receive would deadlock ranks that both send first, as NCCL's would
       // outside a group); its future completes when the transfer ends.
-      group_.track(work);
+      group_.queue().track(work);
       work->watch_transport();
       return work;
     }
@@ -328,11 +328,11 @@ class Call {
   // for the current stream, does not wait for this one: ranks may issue the asynchronous
   // collectives of different groups in different orders (c10d asks one order per group).
   c10::intrusive_ptr<c10d::Work> issued(const c10::intrusive_ptr<NeuronWork>& work) {
-    group_.track(work);  // before it may block here: abort() from another thread ends it
+    group_.queue().track(work);  // before it may block here: abort() from another thread ends it
     // Waits until the Work completed or its deadline (and a moment for the transport's own
     // error) passed; never fails the stream: the Work carries the error.
     const Clock::time_point until = deadline_ + Milliseconds(500);
-    const c10::Stream comm = group_.comm_stream(device());
+    const c10::Stream comm = group_.queue().comm_stream(device());
     NEURON_RT_CALL(runtime()
                        .stream(comm.device_index(), static_cast<int>(comm.id()))
                        .enqueue([signal = work->signal(), until] {
@@ -537,7 +537,7 @@ void across_hosts(ProcessGroupNeuron& group, Hierarchy& hierarchy, Clock::time_p
     });
     std::unique_lock<std::mutex> lock(done->mutex);
     while (!done->done) {
-      if (group.aborted()) throw neuron_rt::Error(neuron_rt::ErrorCode::kAborted, "aborted in the step across hosts");
+      if (group.queue().aborted()) throw neuron_rt::Error(neuron_rt::ErrorCode::kAborted, "aborted in the step across hosts");
       if (Clock::now() >= deadline) {
         throw neuron_rt::Error(neuron_rt::ErrorCode::kTimeout, "the step across hosts (Gloo, between the hosts' first "
                                                                "ranks) did not end within the group's timeout");
@@ -629,19 +629,14 @@ ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transpo
                                             " (NEURON_SIM_SHM_COLLECTIVES=0 uses Gloo only)");
     }
   }
+  queue_.set_has_shared_path(shm_ || hierarchy_);
 }
 
 ProcessGroupNeuron::~ProcessGroupNeuron() {
   auto teardown = [this] {
-    {
-      std::lock_guard<std::mutex> lock(comm_mutex_);
-      comm_stopping_ = true;
-    }
-    comm_ready_.notify_all();
-    if (comm_thread_.joinable()) comm_thread_.join();  // its queued collectives end (or time out) first
-    last_transport_work_.reset();
+    queue_.stop();  // its queued collectives end (or time out) first
     c10::intrusive_ptr<c10d::Backend> leaders = hierarchy_ ? hierarchy_->take_leaders() : nullptr;
-    if (aborted_.load()) {
+    if (queue_.aborted()) {
       // Gloo's thread may still be in a transfer that only its own timeout ends (a link
       // down): its destructor joins it elsewhere, so abort-then-destroy returns at once.
       std::thread([transport = std::move(transport_), leaders = std::move(leaders)]() mutable {
@@ -662,36 +657,6 @@ ProcessGroupNeuron::~ProcessGroupNeuron() {
   } else {
     teardown();
   }
-}
-
-void ProcessGroupNeuron::enqueue_shared(std::function<void()> task) {
-  std::lock_guard<std::mutex> lock(comm_mutex_);
-  if (!comm_thread_.joinable()) {
-    comm_thread_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(comm_mutex_);
-      for (;;) {
-        comm_ready_.wait(lock, [&] { return comm_stopping_ || !comm_tasks_.empty(); });
-        if (comm_tasks_.empty()) return;
-        std::function<void()> task = std::move(comm_tasks_.front());
-        comm_tasks_.pop_front();
-        lock.unlock();
-        task();  // never throws: it completes its Work with the error
-        task = nullptr;
-        lock.lock();
-        ++comm_finished_;
-        comm_done_.notify_all();
-      }
-    });
-  }
-  comm_tasks_.push_back(std::move(task));
-  ++comm_submitted_;
-  comm_ready_.notify_one();
-}
-
-void ProcessGroupNeuron::wait_shared_works() {
-  std::unique_lock<std::mutex> lock(comm_mutex_);
-  const uint64_t target = comm_submitted_;
-  comm_done_.wait(lock, [&] { return comm_finished_ >= target; });
 }
 
 int64_t ProcessGroupNeuron::zero_copy_calls() const {
@@ -727,26 +692,6 @@ void ProcessGroupNeuron::Hierarchy::drop_leaders(const std::string& why) {
   }
   // Destroying it closes its connections once Gloo's thread is free.
   destroy_elsewhere(std::move(leaders));
-}
-
-void ProcessGroupNeuron::note_transport_work(const c10::intrusive_ptr<c10d::Work>& work) {
-  if (!shm_ && !hierarchy_) return;
-  std::lock_guard<std::mutex> lock(transport_mutex_);
-  last_transport_work_ = work;
-}
-
-void ProcessGroupNeuron::wait_transport_works() {
-  c10::intrusive_ptr<c10d::Work> last;
-  {
-    std::lock_guard<std::mutex> lock(transport_mutex_);
-    last = std::move(last_transport_work_);
-  }
-  if (!last) return;
-  try {
-    last->wait();  // Gloo runs its works in order: the last one ending means all have
-  } catch (...) {
-    // its error belongs to its own Work (and its waiter)
-  }
 }
 
 void ProcessGroupNeuron::setTimeout(std::chrono::milliseconds timeout) {
@@ -1130,42 +1075,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOp
 
 void ProcessGroupNeuron::setSequenceNumberForGroup() { transport_->setSequenceNumberForGroup(); }
 uint64_t ProcessGroupNeuron::getSequenceNumberForGroup() { return transport_->getSequenceNumberForGroup(); }
-c10::Stream ProcessGroupNeuron::comm_stream(c10::DeviceIndex device) {
-  std::lock_guard<std::mutex> lock(streams_mutex_);
-  auto found = comm_streams_.find(device);
-  if (found == comm_streams_.end()) {
-    found = comm_streams_.emplace(device, NEURON_RT_CALL(runtime().next_comm_stream(device))).first;
-  }
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, device), found->second);
-}
-
-void ProcessGroupNeuron::track(const c10::intrusive_ptr<c10d::Work>& work) {
-  std::lock_guard<std::mutex> lock(works_mutex_);
-  if (in_flight_.size() >= 64) {  // forget the ended ones now and then
-    std::vector<c10::weak_intrusive_ptr<c10d::Work>> live;
-    for (auto& weak : in_flight_) {
-      auto strong = weak.lock();
-      if (strong && !strong->isCompleted()) live.push_back(std::move(weak));
-    }
-    in_flight_ = std::move(live);
-  }
-  in_flight_.emplace_back(work);
-}
-
 // Ends every collective still pending, on both transports (Gloo's own abort does nothing),
 // and fails every later call, as NCCL's communicator abort does.
 void ProcessGroupNeuron::abort() {
-  aborted_.store(true);
+  queue_.mark_aborted();
   if (shm_) shm_->abort("abort() was called");
   if (hierarchy_ && hierarchy_->local) hierarchy_->local->abort("abort() was called");
-  std::vector<c10::weak_intrusive_ptr<c10d::Work>> pending;
-  {
-    std::lock_guard<std::mutex> lock(works_mutex_);
-    pending.swap(in_flight_);
-  }
-  for (auto& weak : pending) {
-    if (auto work = weak.lock()) work->abort();
-  }
+  queue_.abort_tracked();
   transport_->abort();
   // Gloo's abort does not end a transfer: the leaders' group is dropped (destroyed on a thread
   // of its own), and the group fails its later collectives.

@@ -81,17 +81,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <functional>
 #include <memory>
-#include <map>
 #include <mutex>
-#include <thread>
 #include <string>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "CollectiveQueue.h"
 
 namespace neuron_rt {
 class ShmGroup;
@@ -150,22 +147,9 @@ class ProcessGroupNeuron final : public c10d::Backend {
   };
   Hierarchy* hierarchy() const { return hierarchy_.get(); }
 
-  // For the collectives' implementation (ProcessGroupNeuron.cpp): the last work handed to
-  // Gloo, which a shared-memory collective waits for first (one order for both paths).
-  void note_transport_work(const c10::intrusive_ptr<c10d::Work>& work);
-  void wait_transport_works();
+  // For the collectives' calls: the order of this group's collectives, and its shared memory.
+  CollectiveQueue& queue() { return queue_; }
   neuron_rt::ShmGroup* shm() const { return shm_.get(); }
-  // The communication thread runs the shared-memory collectives in the order issued (as a
-  // NCCL group's stream does); a Gloo collective waits for those issued before it.
-  void enqueue_shared(std::function<void()> task);
-  void wait_shared_works();
-  // Works not yet complete, for abort(); and whether abort() was called (later calls fail).
-  void track(const c10::intrusive_ptr<c10d::Work>& work);
-  bool aborted() const { return aborted_.load(); }
-  // The stream on `device` that waits for this group's collectives and on which their futures
-  // record their events (Note [Stream-ordered collectives]): one of the device's
-  // communication streams, picked at the group's first collective there.
-  c10::Stream comm_stream(c10::DeviceIndex device);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -220,19 +204,7 @@ class ProcessGroupNeuron final : public c10d::Backend {
   c10::DeviceIndex device_;
   std::unique_ptr<neuron_rt::ShmGroup> shm_;  // null: ranks on several hosts, or turned off
   std::unique_ptr<Hierarchy> hierarchy_;      // ranks on several hosts, some sharing one
-  std::thread comm_thread_;                   // started by the first shared-memory collective
-  std::mutex comm_mutex_;
-  std::condition_variable comm_ready_, comm_done_;
-  std::deque<std::function<void()>> comm_tasks_;
-  uint64_t comm_submitted_ = 0, comm_finished_ = 0;
-  bool comm_stopping_ = false;
-  std::mutex works_mutex_;
-  std::vector<c10::weak_intrusive_ptr<c10d::Work>> in_flight_;
-  std::atomic<bool> aborted_{false};
-  std::mutex transport_mutex_;
-  c10::intrusive_ptr<c10d::Work> last_transport_work_;
-  std::mutex streams_mutex_;
-  std::map<c10::DeviceIndex, int> comm_streams_;
+  CollectiveQueue queue_;
 };
 
 }  // namespace torch_neuron
