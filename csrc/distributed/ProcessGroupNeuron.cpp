@@ -1,107 +1,32 @@
-// The c10d backend "neuron": Note [ProcessGroupNeuron] in ProcessGroupNeuron.h.
+// The c10d backend "neuron": Note [ProcessGroupNeuron] in ProcessGroupNeuron.h. This file has
+// the group's constructor, destructor and collectives; each collective takes its transport
+// (shared memory, the hierarchy or Gloo) and hands its host views to it through a
+// CollectiveCall.
 #include "ProcessGroupNeuron.h"
 
 #include <pybind11/pybind11.h>
 
 #include <ATen/ATen.h>
-#include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 #include <c10/util/accumulate.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
-
-#include <cxxabi.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <optional>
 #include <condition_variable>
-#include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
-#include <tuple>
 #include <utility>
 
 #include "../../runtime/collectives.h"
 #include "../../runtime/error.h"
-#include "../NeuronAllocator.h"
 #include "../NeuronCommon.h"
 #include "../HostViews.h"
 #include "../Launch.h"
-#include "CompletionThreads.h"
-#include "NeuronWork.h"
+#include "CollectiveCall.h"
 #include "Reduction.h"
 
 namespace torch_neuron {
 namespace {
-
-// Rethrows the exception being handled with `where` in front of its message, keeping its
-// Python type (ValueError, TypeError, ...).
-[[noreturn]] void rethrow_in_context(const std::string& where) {
-  try {
-    throw;
-  } catch (const c10::OutOfMemoryError&) {
-    throw;
-  } catch (const c10::ValueError& e) {
-    C10_THROW_ERROR(ValueError, where + ": " + e.what_without_backtrace());
-  } catch (const c10::TypeError& e) {
-    C10_THROW_ERROR(TypeError, where + ": " + e.what_without_backtrace());
-  } catch (const c10::NotImplementedError& e) {
-    C10_THROW_ERROR(NotImplementedError, where + ": " + e.what_without_backtrace());
-  } catch (const c10::DistError& e) {
-    C10_THROW_ERROR(DistBackendError, where + ": " + e.what_without_backtrace());
-  } catch (const c10::Error& e) {
-    C10_THROW_ERROR(Error, where + ": " + e.what_without_backtrace());
-  } catch (const neuron_rt::Error& e) {  // the shared-memory transport: timeouts, dead peers, aborts
-    C10_THROW_ERROR(DistBackendError, where + ": " + e.what());
-  } catch (const std::exception& e) {
-    C10_THROW_ERROR(Error, where + ": " + e.what());
-  }
-}
-
-// A CPU tensor over the memory of neuron tensor `tensor` that holds its device buffer, and
-// keeps it open for host access under the memory guard, until the last view of it goes.
-// The transport may keep views after the Work completes (Gloo's works hold their tensors):
-// the memory stays valid for as long as they do.
-at::Tensor owning_host_view(const at::Tensor& tensor) {
-  neuron_rt::BufferRef buffer = buffer_ref_of(tensor.storage());
-  if (buffer) {
-    neuron_rt::Buffer* root = buffer->root();
-    if (auto* memory = dynamic_cast<neuron_rt::DeviceMemory*>(root->owner())) memory->guard_open(root);
-  }
-  auto* storage = tensor.storage().unsafeGetStorageImpl();
-  void* data = storage->mutable_data();
-  auto* held = new neuron_rt::BufferRef(std::move(buffer));
-  c10::DataPtr data_ptr(data, held, [](void* context) {
-    auto* held = static_cast<neuron_rt::BufferRef*>(context);
-    if (*held) {
-      neuron_rt::Buffer* root = (*held)->root();
-      if (auto* memory = dynamic_cast<neuron_rt::DeviceMemory*>(root->owner())) memory->guard_close(root);
-    }
-    delete held;
-  }, c10::Device(c10::DeviceType::CPU));
-  c10::Storage view_storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), storage->nbytes(), std::move(data_ptr), /*allocator=*/nullptr,
-      /*resizable=*/false));
-  return tensor_over(std::move(view_storage), c10::DispatchKey::CPU, tensor);
-}
-
-// Note [Memory lent to peers]: in a zero-copy collective the peers read and write this rank's
-// tensors from their own processes. A call that failed here (abort(), a timeout, a peer's
-// failure) may leave a peer still inside it, writing into that memory until it notices the
-// failure. So the body of a failed zero-copy call, which holds the host views (and through
-// them the device buffers) it lent, is kept until the process exits: the memory is never
-// handed to another tensor. The group cannot be used after a fault, so this happens at most
-// a few times per group. (The tensors the caller holds stay undefined, as after any failed
-// collective: a peer may still write into them.)
-void keep_lent_memory(std::function<void()> body) {
-  static std::mutex mutex;
-  static auto* kept = new std::vector<std::function<void()>>();  // never freed
-  std::lock_guard<std::mutex> lock(mutex);
-  kept->push_back(std::move(body));
-}
 
 // The shared-memory rendezvous over the group's c10d Store (torchrun's, prefixed per group).
 class StoreRendezvous final : public neuron_rt::Rendezvous {
@@ -126,250 +51,19 @@ class StoreRendezvous final : public neuron_rt::Rendezvous {
   c10::intrusive_ptr<c10d::Store> store_;
 };
 
-// One collective call, on the calling thread: checks its tensors and makes their host
-// views, readies the device, hands the views to the transport and wraps its Work.
-class Call {
- public:
-  Call(ProcessGroupNeuron& group, const char* name, c10d::OpType type, Milliseconds op_timeout)
-      : group_(group),
-        name_(name),
-        type_(type),
-        limit_(op_timeout.count() > 0 ? op_timeout : group.timeout()),
-        deadline_(Clock::now() + limit_) {}
-
-  // Runs `body` (which starts the collective) with this collective named in its errors.
-  template <typename Body>
-  c10::intrusive_ptr<c10d::Work> run(Body&& body) {
-    try {
-      if (group_.queue().aborted()) C10_THROW_ERROR(DistBackendError, "the process group was aborted (abort() was called)");
-      return body();
-    } catch (...) {
-      rethrow_in_context(group_.describe(name_));
-    }
-  }
-
-  at::Tensor host(const at::Tensor& tensor) {
-    if (!tensor.defined()) return tensor;
-    TORCH_CHECK(tensor.device().type() == kNeuron, "the neuron backend takes neuron tensors, got one on ",
-                tensor.device(), ". Move it with .to('neuron'), or give CPU tensors a backend of their own: "
-                "init_process_group(backend='cpu:gloo,neuron:neuron')");
-    const c10::DeviceIndex device = tensor.device().index();
-    TORCH_CHECK(device_ < 0 || device_ == device, "tensors on neuron:", device_, " and neuron:", device,
-                ": the tensors of one collective must be on one neuron device");
-    device_ = device;
-    return owning_host_view(tensor);
-  }
-  std::vector<at::Tensor> host(const std::vector<at::Tensor>& tensors) {
-    std::vector<at::Tensor> views;
-    views.reserve(tensors.size());
-    for (const auto& tensor : tensors) views.push_back(host(tensor));
-    return views;
-  }
-  std::vector<std::vector<at::Tensor>> host(const std::vector<std::vector<at::Tensor>>& lists) {
-    std::vector<std::vector<at::Tensor>> views;
-    views.reserve(lists.size());
-    for (const auto& list : lists) views.push_back(host(list));
-    return views;
-  }
-
-  // The transport, once the device is ready: in asynchronous mode, the work queued on the
-  // device's current stream has run (before any host access to the views, too).
-  c10d::Backend& transport(c10d::Backend& backend) {
-    ready();
-    group_.queue().wait_queued();  // one order with the shared-memory collectives issued before
-    return backend;
-  }
-  void ready() {
-    if (ready_) return;
-    run_here_on(device_ >= 0 ? device_ : group_.device());
-    ready_ = true;
-  }
-
-  // A step run after the transport's work succeeded, before the Work completes.
-  void finally(std::function<void()> step) { finish_steps_.push_back(std::move(step)); }
-
-  // Contiguous stand-ins for the shared-memory transport: a view that is not contiguous is
-  // copied (now: the device is ready), and, when it `receives` a result, copied back before
-  // every other finishing step. The transport a collective takes must not depend on a
-  // rank's layouts, which its peers may not share (they would wait in another transport).
-  std::vector<at::Tensor> staged(const std::vector<at::Tensor>& views, bool receives) {
-    ready();
-    std::vector<at::Tensor> stand_ins;
-    for (const auto& view : views) {
-      if (view.is_contiguous()) {
-        stand_ins.push_back(view);
-        continue;
-      }
-      at::Tensor copy = view.contiguous();
-      stand_ins.push_back(copy);
-      if (receives) {
-        finish_steps_.insert(finish_steps_.begin(), [view, copy] { view.copy_(copy); });
-      }
-    }
-    return stand_ins;
-  }
-
-  // The shared-memory transport: `body(shm)` runs the collective on the group's
-  // communication thread (run_queued).
-  c10::intrusive_ptr<c10d::Work> run_shared(std::function<void(neuron_rt::ShmGroup&)> body, c10::IValue value,
-                                            std::vector<at::Tensor> outputs) {
-    ProcessGroupNeuron& group = group_;
-    return run_queued([&group, body = std::move(body)] { body(*group.shm()); }, group.shm(), std::move(value),
-                      std::move(outputs));
-  }
-
-  // Note [Hierarchical collectives]: as run_shared, for a group spanning hosts; `body` gets the
-  // group and the Work's deadline. A failure on a leader drops its connections to the other
-  // leaders, so that they fail at once too (not at the timeout), and fails its host's
-  // shared memory, so that the host's other ranks do.
-  using HierarchicalBody = std::function<void(ProcessGroupNeuron&, ProcessGroupNeuron::Hierarchy&, Clock::time_point)>;
-  c10::intrusive_ptr<c10d::Work> run_hierarchical(HierarchicalBody body, c10::IValue value,
-                                                  std::vector<at::Tensor> outputs) {
-    ProcessGroupNeuron& group = group_;
-    const Clock::time_point deadline = deadline_;
-    return run_queued([&group, deadline, body = std::move(body)] {
-      ProcessGroupNeuron::Hierarchy& hierarchy = *group.hierarchy();
-      hierarchy.calls.fetch_add(1, std::memory_order_relaxed);
-      try {
-        body(group, hierarchy, deadline);
-      } catch (...) {
-        const std::string why = message_of(std::current_exception());
-        if (hierarchy.leader) hierarchy.drop_leaders(why);
-        if (hierarchy.local) hierarchy.local->abort("rank " + std::to_string(group.getRank()) + " failed: " + why);
-        throw;
-      }
-    }, group.hierarchy()->local.get(), std::move(value), std::move(outputs));
-  }
-  c10::intrusive_ptr<c10d::Work> run_hierarchical(HierarchicalBody body, const std::vector<at::Tensor>& outputs) {
-    return run_hierarchical(std::move(body), c10::IValue(outputs), outputs);
-  }
-
-  // Runs `body` on the group's communication thread, in the order collectives were issued,
-  // once the device is ready (now) and the group's Gloo works issued before have ended
-  // (there), with `shm` (may be null) bounded by the Work's deadline. Returns its Work at
-  // once; it completes when the body and the finishing steps have run. `body` owns what it
-  // uses (captures by value: it runs after this call returns).
-  c10::intrusive_ptr<c10d::Work> run_queued(std::function<void()> body, neuron_rt::ShmGroup* shm, c10::IValue value,
-                                            std::vector<at::Tensor> outputs) {
-    ready();
-    auto work = c10::make_intrusive<NeuronWork>(group_.describe(name_), group_.getRank(), type_, deadline_, limit_,
-                                                std::move(value), std::move(outputs), nullptr,
-                                                std::move(finish_steps_), future_devices());
-    ProcessGroupNeuron& group = group_;
-    const Clock::time_point deadline = deadline_;
-    group.queue().enqueue([&group, work, deadline, shm, body = std::move(body)]() mutable {
-      std::exception_ptr error;
-      try {
-        group.queue().wait_transport_works();
-        // The Work's deadline: its error (naming the ranks waited for) lands just before
-        // wait() would give up with a plainer one (Note [ProcessGroupNeuron], Faults).
-        if (shm) {
-          shm->set_timeout(std::max(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(deadline - Clock::now())));
-        }
-        body();
-      } catch (const neuron_rt::Error& e) {
-        error = backend_error(e.what());
-      } catch (...) {
-        error = std::current_exception();
-      }
-      if (error && shm && shm->zero_copy()) keep_lent_memory(std::move(body));
-      work->transport_finished(error);
-      release_off_transport(std::move(work), std::move(body));
-    });
-    return issued(work);
-  }
-  c10::intrusive_ptr<c10d::Work> run_shared(std::function<void(neuron_rt::ShmGroup&)> body,
-                                            const std::vector<at::Tensor>& outputs) {
-    return run_shared(std::move(body), c10::IValue(outputs), outputs);
-  }
-
-  c10::intrusive_ptr<c10d::Work> start(c10::intrusive_ptr<c10d::Work> transport_work, c10::IValue value,
-                                       std::vector<at::Tensor> outputs) {
-    // Gloo's send and recv works have no future: a completion thread waits for them.
-    c10::intrusive_ptr<c10::ivalue::Future> transport_future;
-    try {
-      transport_future = transport_work->getFuture();
-    } catch (const c10::Error&) {
-    }
-    // Finishing steps must end before the transport's next collective starts: only works
-    // with a future (whose callback runs on the transport's thread) may have them.
-    TORCH_INTERNAL_ASSERT(transport_future || finish_steps_.empty(), name_, ": finishing steps on a transport work "
-                          "without a future would race with the next collective");
-    auto work = c10::make_intrusive<NeuronWork>(
-        group_.describe(name_), group_.getRank(), type_, deadline_, limit_, std::move(value), std::move(outputs),
-        transport_work, std::move(finish_steps_),
-        transport_future ? future_devices() : std::vector<c10::Device>{});
-    if (transport_future) {
-      group_.queue().note_transport_work(work);  // not send/recv: a preposted recv must not hold up collectives
-      // Runs on the transport's thread (or here, when it has already finished), so the
-      // finishing steps end before the transport starts the next collective. The cycle
-      // work -> transport work -> its future -> this callback ends when the future completes.
-      transport_future->addCallback([work](c10::ivalue::Future& future) mutable {
-        work->transport_finished(future.hasError() ? future.exception_ptr() : nullptr);
-        release_off_transport(std::move(work));
-      });
-    } else {
-      // Point-to-point: neither on the stream nor blocking in launch-blocking mode (an isend
-      // waiting for its receive would deadlock ranks that both send first, as NCCL's would
-      // outside a group); its future completes when the transfer ends.
-      group_.queue().track(work);
-      work->watch_transport();
-      return work;
-    }
-    return issued(work);
-  }
-
-  // Note [Stream-ordered collectives]: the group's communication stream waits for the
-  // collective (a task: in launch-blocking mode it runs here, so the call returns once the
-  // collective ended, as with CUDA_LAUNCH_BLOCKING=1), then the future completes with its
-  // events recorded on that stream. As ProcessGroupNCCL: the current stream does not wait for
-  // the collective; wait() does, and so does whoever uses the future (its value, then(),
-  // wait()), through those events. So a later collective of another group, whose issue waits
-  // for the current stream, does not wait for this one: ranks may issue the asynchronous
-  // collectives of different groups in different orders (c10d asks one order per group).
-  c10::intrusive_ptr<c10d::Work> issued(const c10::intrusive_ptr<NeuronWork>& work) {
-    group_.queue().track(work);  // before it may block here: abort() from another thread ends it
-    // Waits until the Work completed or its deadline (and a moment for the transport's own
-    // error) passed; never fails the stream: the Work carries the error.
-    const Clock::time_point until = deadline_ + Milliseconds(500);
-    const c10::Stream comm = group_.queue().comm_stream(device());
-    NEURON_RT_CALL(runtime()
-                       .stream(comm.device_index(), static_cast<int>(comm.id()))
-                       .enqueue([signal = work->signal(), until] {
-                         std::unique_lock<std::mutex> lock(signal->mutex);
-                         signal->done_cv.wait_until(lock, until, [&] { return signal->done; });
-                       }));
-    if (!work->isCompleted() && Clock::now() >= until) work->wait_on_stream();  // past its deadline: time it out
-    c10::StreamGuard on_comm(comm);  // the future records its events on the communication stream
-    work->complete_future_at_issue();
-    return work;
-  }
-  c10::intrusive_ptr<c10d::Work> start(c10::intrusive_ptr<c10d::Work> transport_work,
-                                       const std::vector<at::Tensor>& outputs) {
-    return start(std::move(transport_work), c10::IValue(outputs), outputs);
-  }
-
- private:
-  c10::DeviceIndex device() const { return device_ >= 0 ? device_ : group_.device(); }
-  std::vector<c10::Device> future_devices() const { return {c10::Device(kNeuron, device())}; }
-
-  ProcessGroupNeuron& group_;
-  const char* name_;
-  c10d::OpType type_;
-  Milliseconds limit_;
-  Clock::time_point deadline_;
-  c10::DeviceIndex device_ = -1;
-  bool ready_ = false;
-  std::vector<std::function<void()>> finish_steps_;
-};
+std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> flat;
+  for (const auto& list : lists) flat.insert(flat.end(), list.begin(), list.end());
+  return flat;
+}
 
 // The tensors a reduction hands the transport, and the steps that finish its result.
 // `views`: this rank's tensors, its contribution and, when it `receives` the result (reduce's
 // other ranks only contribute), where the result goes. PREMUL_SUM scales copies, never the
 // caller's tensors (a transport that refuses the call leaves them as they were), and copies
 // the result back; AVG divides the result by the group size.
-std::vector<at::Tensor> reduction_inputs(Call& call, const Reduction& reduction, const std::vector<at::Tensor>& views,
-                                         bool receives, int size) {
+std::vector<at::Tensor> reduction_inputs(CollectiveCall& call, const Reduction& reduction,
+                                         const std::vector<at::Tensor>& views, bool receives, int size) {
   call.ready();  // the steps below read the tensors
   std::vector<at::Tensor> sent = views;
   if (reduction.premultiply) {
@@ -388,9 +82,8 @@ std::vector<at::Tensor> reduction_inputs(Call& call, const Reduction& reduction,
 // reduce-scatter works have no future: their result could only be finished (AVG, the
 // copy-out) after the transport had moved on to the next collective. `stages[i]`: output i's
 // inputs, flattened in rank order, a fresh copy (the allreduce writes it); `offsets[i]`:
-// where this rank's chunk starts in it. (Twice the traffic of a ring reduce-scatter; the
-// shared-memory transport will do it in place.)
-c10::intrusive_ptr<c10d::Work> reduce_scatter_by_allreduce(Call& call, c10d::Backend& transport,
+// where this rank's chunk starts in it. (Twice the traffic of a ring reduce-scatter.)
+c10::intrusive_ptr<c10d::Work> reduce_scatter_by_allreduce(CollectiveCall& call, c10d::Backend& transport,
                                                            const Reduction& reduction, std::vector<at::Tensor> stages,
                                                            std::vector<at::Tensor> output_views,
                                                            std::vector<int64_t> offsets,
@@ -409,14 +102,9 @@ c10::intrusive_ptr<c10d::Work> reduce_scatter_by_allreduce(Call& call, c10d::Bac
   return call.start(call.transport(transport).allreduce_coalesced(stages, allreduce_opts), outputs);
 }
 
-std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
-  std::vector<at::Tensor> flat;
-  for (const auto& list : lists) flat.insert(flat.end(), list.begin(), list.end());
-  return flat;
-}
-
 // Each input holds the group's inputs for its output, concatenated in rank order.
-c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend& transport, bool shm, int rank, int size,
+c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(CollectiveCall& call, c10d::Backend& transport,
+                                                      neuron_rt::ShmGroup* shm, int rank, int size,
                                                       const std::vector<at::Tensor>& outputs,
                                                       const std::vector<at::Tensor>& inputs,
                                                       const c10d::ReduceScatterOptions& opts) {
@@ -439,7 +127,7 @@ c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend&
     if (reduction.average) call.finally(averaging(output_views, size));  // after the copies back
     output_views = call.staged(output_views, /*receives=*/true);
     const auto kind = *shared_reduction(reduction.transport_op);
-    return call.run_shared([sent, output_views, kind](neuron_rt::ShmGroup& group) {
+    return call.run_shared(*shm, [sent, output_views, kind](neuron_rt::ShmGroup& group) {
       for (size_t i = 0; i < sent.size(); ++i) {
         group.reduce_scatter(sent[i].data_ptr(), output_views[i].data_ptr(), static_cast<size_t>(output_views[i].numel()),
                              *shared_element(sent[i].scalar_type()), kind);
@@ -457,7 +145,8 @@ c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend&
 }
 
 // Each output receives the group's inputs, concatenated in rank order.
-c10::intrusive_ptr<c10d::Work> all_gather_tensors(Call& call, c10d::Backend& transport_backend, bool shm, int size,
+c10::intrusive_ptr<c10d::Work> all_gather_tensors(CollectiveCall& call, c10d::Backend& transport_backend,
+                                                  neuron_rt::ShmGroup* shm, int size,
                                                   const std::vector<at::Tensor>& outputs,
                                                   const std::vector<at::Tensor>& inputs,
                                                   const c10d::AllgatherOptions& opts) {
@@ -472,7 +161,7 @@ c10::intrusive_ptr<c10d::Work> all_gather_tensors(Call& call, c10d::Backend& tra
     // in place (an input that is a block of its output) stays in place when contiguous
     auto outputs_here = call.staged(output_views, /*receives=*/true);
     auto inputs_here = call.staged(input_views, /*receives=*/false);
-    return call.run_shared([input_views = inputs_here, output_views = outputs_here](neuron_rt::ShmGroup& group) {
+    return call.run_shared(*shm, [input_views = inputs_here, output_views = outputs_here](neuron_rt::ShmGroup& group) {
       for (size_t i = 0; i < input_views.size(); ++i) {
         group.all_gather(input_views[i].data_ptr(), output_views[i].data_ptr(), input_views[i].nbytes());
       }
@@ -496,10 +185,10 @@ c10::intrusive_ptr<c10d::Work> all_gather_tensors(Call& call, c10d::Backend& tra
   return call.start(transport.allgather_into_tensor_coalesced(output_views, input_views, opts), outputs);
 }
 
-
 // ---- Note [Hierarchical collectives] ---------------------------------------------------------
 
 using Hierarchy = ProcessGroupNeuron::Hierarchy;
+using HierarchicalSteps = std::function<void(Hierarchy&, const CollectiveQueue&, Clock::time_point deadline)>;
 
 // Destroys a Gloo group on a thread of its own: destroying one joins its thread, which may be
 // in a transfer until Gloo's own timeout.
@@ -511,7 +200,7 @@ void destroy_elsewhere(c10::intrusive_ptr<c10d::Backend> group) {
 // works with the time left before `deadline`, and they are waited for here, until they end,
 // the deadline passes or the group is aborted (Gloo's wait would hold the communication
 // thread, and the group's teardown, until Gloo's own timeout).
-void across_hosts(ProcessGroupNeuron& group, Hierarchy& hierarchy, Clock::time_point deadline,
+void across_hosts(Hierarchy& hierarchy, const CollectiveQueue& queue, Clock::time_point deadline,
                   const std::function<std::vector<c10::intrusive_ptr<c10d::Work>>(c10d::Backend&, Milliseconds)>& start) {
   if (!hierarchy.leader) return;
   c10::intrusive_ptr<c10d::Backend> leaders = hierarchy.leaders();
@@ -537,7 +226,7 @@ void across_hosts(ProcessGroupNeuron& group, Hierarchy& hierarchy, Clock::time_p
     });
     std::unique_lock<std::mutex> lock(done->mutex);
     while (!done->done) {
-      if (group.queue().aborted()) throw neuron_rt::Error(neuron_rt::ErrorCode::kAborted, "aborted in the step across hosts");
+      if (queue.aborted()) throw neuron_rt::Error(neuron_rt::ErrorCode::kAborted, "aborted in the step across hosts");
       if (Clock::now() >= deadline) {
         throw neuron_rt::Error(neuron_rt::ErrorCode::kTimeout, "the step across hosts (Gloo, between the hosts' first "
                                                                "ranks) did not end within the group's timeout");
@@ -549,8 +238,35 @@ void across_hosts(ProcessGroupNeuron& group, Hierarchy& hierarchy, Clock::time_p
   }
 }
 
+// As CollectiveCall::run_shared, for a group spanning hosts: runs `steps` on the communication
+// thread. A failure on a leader drops its connections to the other leaders, so that they fail
+// at once too (not at the timeout), and fails its host's shared memory, so that the host's
+// other ranks do.
+c10::intrusive_ptr<c10d::Work> run_hierarchical(CollectiveCall& call, Hierarchy& hierarchy, HierarchicalSteps steps,
+                                                c10::IValue value, std::vector<at::Tensor> outputs) {
+  const CollectiveQueue& queue = call.queue();
+  const Clock::time_point deadline = call.deadline();
+  const int rank = call.rank();
+  return call.run_queued([&hierarchy, &queue, deadline, rank, steps = std::move(steps)] {
+    hierarchy.calls.fetch_add(1, std::memory_order_relaxed);
+    try {
+      steps(hierarchy, queue, deadline);
+    } catch (...) {
+      const std::string why = message_of(std::current_exception());
+      if (hierarchy.leader) hierarchy.drop_leaders(why);
+      if (hierarchy.local) hierarchy.local->abort("rank " + std::to_string(rank) + " failed: " + why);
+      throw;
+    }
+  }, hierarchy.local.get(), std::move(value), std::move(outputs));
+}
+
+c10::intrusive_ptr<c10d::Work> run_hierarchical(CollectiveCall& call, Hierarchy& hierarchy, HierarchicalSteps steps,
+                                                const std::vector<at::Tensor>& outputs) {
+  return run_hierarchical(call, hierarchy, std::move(steps), c10::IValue(outputs), outputs);
+}
+
 // Allreduce of contiguous host views: inside the host, across hosts, back inside the host.
-void all_reduce_across_hosts(ProcessGroupNeuron& group, Hierarchy& hierarchy, const std::vector<at::Tensor>& views,
+void all_reduce_across_hosts(Hierarchy& hierarchy, const CollectiveQueue& queue, const std::vector<at::Tensor>& views,
                              neuron_rt::ReduceKind kind, const c10d::ReduceOp& op, Clock::time_point deadline) {
   if (hierarchy.local) {
     for (const auto& view : views) {
@@ -558,7 +274,7 @@ void all_reduce_across_hosts(ProcessGroupNeuron& group, Hierarchy& hierarchy, co
                                   kind);
     }
   }
-  across_hosts(group, hierarchy, deadline, [&](c10d::Backend& leaders, Milliseconds left) {
+  across_hosts(hierarchy, queue, deadline, [&](c10d::Backend& leaders, Milliseconds left) {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (const auto& view : views) {  // Gloo runs them in order (one thread)
       c10d::AllreduceOptions options;
@@ -572,6 +288,30 @@ void all_reduce_across_hosts(ProcessGroupNeuron& group, Hierarchy& hierarchy, co
   if (hierarchy.local) {
     for (const auto& view : views) hierarchy.local->broadcast(view.data_ptr(), view.nbytes(), 0);
   }
+}
+
+void broadcast_across_hosts(Hierarchy& hierarchy, const CollectiveQueue& queue, const std::vector<at::Tensor>& views,
+                            int root_host, int root_index, bool root_here, Clock::time_point deadline) {
+  const at::Tensor& view = views[0];
+  if (root_here && hierarchy.local) hierarchy.local->broadcast(view.data_ptr(), view.nbytes(), root_index);
+  across_hosts(hierarchy, queue, deadline, [&](c10d::Backend& leaders, Milliseconds left) {
+    c10d::BroadcastOptions options;
+    options.rootRank = root_host;
+    options.timeout = left;
+    std::vector<at::Tensor> moved = movable(views);
+    return std::vector<c10::intrusive_ptr<c10d::Work>>{leaders.broadcast(moved, options)};
+  });
+  if (!root_here && hierarchy.local) hierarchy.local->broadcast(view.data_ptr(), view.nbytes(), 0);
+}
+
+void barrier_across_hosts(Hierarchy& hierarchy, const CollectiveQueue& queue, Clock::time_point deadline) {
+  if (hierarchy.local) hierarchy.local->barrier();
+  across_hosts(hierarchy, queue, deadline, [&](c10d::Backend& leaders, Milliseconds left) {
+    c10d::BarrierOptions options;
+    options.timeout = left;
+    return std::vector<c10::intrusive_ptr<c10d::Work>>{leaders.barrier(options)};
+  });
+  if (hierarchy.local) hierarchy.local->barrier();
 }
 
 }  // namespace
@@ -713,15 +453,20 @@ std::string ProcessGroupNeuron::describe(const std::string& collective) const {
   return collective + " on " + group + ", rank " + std::to_string(rank_) + " of " + std::to_string(size_);
 }
 
+CollectiveCall ProcessGroupNeuron::call(const char* name, c10d::OpType type, std::chrono::milliseconds timeout) {
+  return CollectiveCall(queue_, name, describe(name), rank_, device_, type,
+                        timeout.count() > 0 ? timeout : options_->timeout);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
-  Call call(*this, "broadcast", c10d::OpType::BROADCAST, opts.timeout);
+  CollectiveCall call = this->call("broadcast", c10d::OpType::BROADCAST, opts.timeout);
   return call.run([&] {
     auto views = call.host(tensors);
     if (shm_ && views.size() == 1 && opts.rootTensor == 0) {
       const int root = static_cast<int>(opts.rootRank);
       views = call.staged(views, /*receives=*/rank_ != root);
-      return call.run_shared([views, root](neuron_rt::ShmGroup& group) {
+      return call.run_shared(*shm_, [views, root](neuron_rt::ShmGroup& group) {
         group.broadcast(views[0].data_ptr(), views[0].nbytes(), root);
       }, tensors);
     }
@@ -731,18 +476,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
       const int root_host = hierarchy_->host_of[root], root_index = hierarchy_->local_index[root];
       const bool root_here = hierarchy_->host_of[rank_] == root_host;
       views = call.staged(views, /*receives=*/rank_ != root);
-      return call.run_hierarchical([views, root_host, root_index, root_here](ProcessGroupNeuron& group, Hierarchy& hierarchy,
-                                                                             Clock::time_point deadline) {
-        const at::Tensor& view = views[0];
-        if (root_here && hierarchy.local) hierarchy.local->broadcast(view.data_ptr(), view.nbytes(), root_index);
-        across_hosts(group, hierarchy, deadline, [&](c10d::Backend& leaders, Milliseconds left) {
-          c10d::BroadcastOptions options;
-          options.rootRank = root_host;
-          options.timeout = left;
-          std::vector<at::Tensor> moved = movable(views);
-          return std::vector<c10::intrusive_ptr<c10d::Work>>{leaders.broadcast(moved, options)};
-        });
-        if (!root_here && hierarchy.local) hierarchy.local->broadcast(view.data_ptr(), view.nbytes(), 0);
+      return run_hierarchical(call, *hierarchy_, [views, root_host, root_index, root_here](
+                                  Hierarchy& hierarchy, const CollectiveQueue& queue, Clock::time_point deadline) {
+        broadcast_across_hosts(hierarchy, queue, views, root_host, root_index, root_here, deadline);
       }, tensors);
     }
     views = movable(std::move(views));
@@ -752,7 +488,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
-  Call call(*this, "allreduce", c10d::OpType::ALLREDUCE, opts.timeout);
+  CollectiveCall call = this->call("allreduce", c10d::OpType::ALLREDUCE, opts.timeout);
   return call.run([&] {
     const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
     auto views = call.host(tensors);
@@ -763,13 +499,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
       const auto kind = *shared_reduction(reduction.transport_op);
       sent = call.staged(sent, /*receives=*/true);
       if (hierarchy_) {
-        return call.run_hierarchical([sent, kind, op = reduction.transport_op](ProcessGroupNeuron& group,
-                                                                               Hierarchy& hierarchy,
-                                                                               Clock::time_point deadline) {
-          all_reduce_across_hosts(group, hierarchy, sent, kind, op, deadline);
+        return run_hierarchical(call, *hierarchy_, [sent, kind, op = reduction.transport_op](
+                                    Hierarchy& hierarchy, const CollectiveQueue& queue, Clock::time_point deadline) {
+          all_reduce_across_hosts(hierarchy, queue, sent, kind, op, deadline);
         }, tensors);
       }
-      return call.run_shared([sent, kind](neuron_rt::ShmGroup& group) {
+      return call.run_shared(*shm_, [sent, kind](neuron_rt::ShmGroup& group) {
         group.all_reduce(sent[0].data_ptr(), static_cast<size_t>(sent[0].numel()), *shared_element(sent[0].scalar_type()),
                          kind);
       }, tensors);
@@ -782,7 +517,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                        const c10d::AllreduceCoalescedOptions& opts) {
-  Call call(*this, "allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
+  CollectiveCall call = this->call("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
   return call.run([&] {
     const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
     auto views = call.host(tensors);
@@ -792,13 +527,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vect
       const auto kind = *shared_reduction(reduction.transport_op);
       sent = call.staged(sent, /*receives=*/true);
       if (hierarchy_) {
-        return call.run_hierarchical([sent, kind, op = reduction.transport_op](ProcessGroupNeuron& group,
-                                                                               Hierarchy& hierarchy,
-                                                                               Clock::time_point deadline) {
-          all_reduce_across_hosts(group, hierarchy, sent, kind, op, deadline);
+        return run_hierarchical(call, *hierarchy_, [sent, kind, op = reduction.transport_op](
+                                    Hierarchy& hierarchy, const CollectiveQueue& queue, Clock::time_point deadline) {
+          all_reduce_across_hosts(hierarchy, queue, sent, kind, op, deadline);
         }, tensors);
       }
-      return call.run_shared([sent, kind](neuron_rt::ShmGroup& group) {
+      return call.run_shared(*shm_, [sent, kind](neuron_rt::ShmGroup& group) {
         for (const auto& tensor : sent) {
           group.all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), *shared_element(tensor.scalar_type()),
                            kind);
@@ -813,7 +547,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vect
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::ReduceOptions& opts) {
-  Call call(*this, "reduce", c10d::OpType::REDUCE, opts.timeout);
+  CollectiveCall call = this->call("reduce", c10d::OpType::REDUCE, opts.timeout);
   return call.run([&] {
     const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
     auto sent = reduction_inputs(call, reduction, call.host(tensors), /*receives=*/rank_ == opts.rootRank, size_);
@@ -826,7 +560,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                              std::vector<at::Tensor>& inputs,
                                                              const c10d::AllgatherOptions& opts) {
-  Call call(*this, "allgather", c10d::OpType::ALLGATHER, opts.timeout);
+  CollectiveCall call = this->call("allgather", c10d::OpType::ALLGATHER, opts.timeout);
   return call.run([&] {
     auto output_views = call.host(outputs);
     auto input_views = call.host(inputs);
@@ -841,7 +575,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
     };
     if (shm_ && gathers_evenly()) {  // through one staging buffer, copied out
       input_views = call.staged(input_views, /*receives=*/false);
-      return call.run_shared([input = input_views[0], outputs = output_views[0]](neuron_rt::ShmGroup& group) {
+      return call.run_shared(*shm_, [input = input_views[0], outputs = output_views[0]](neuron_rt::ShmGroup& group) {
         const int64_t bytes = static_cast<int64_t>(input.nbytes());
         at::Tensor staging = at::empty({bytes * group.size()}, input.options().dtype(at::kByte));
         group.all_gather(input.data_ptr(), staging.data_ptr(), static_cast<size_t>(bytes));
@@ -860,18 +594,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::AllgatherOptions& opts) {
-  Call call(*this, "_allgather_base", c10d::OpType::_ALLGATHER_BASE, opts.timeout);
+  CollectiveCall call = this->call("_allgather_base", c10d::OpType::_ALLGATHER_BASE, opts.timeout);
   return call.run([&] {
     std::vector<at::Tensor> outputs{output};
     std::vector<at::Tensor> inputs{input};
-    return all_gather_tensors(call, *transport_, shm_ != nullptr, size_, outputs, inputs, opts);
+    return all_gather_tensors(call, *transport_, shm_.get(), size_, outputs, inputs, opts);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  Call call(*this, "allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts.timeout);
+  CollectiveCall call = this->call("allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts.timeout);
   return call.run([&] {
     auto output_views = movable(call.host(output_lists));
     auto input_views = movable(call.host(inputs));
@@ -882,15 +616,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  Call call(*this, "allgather_into_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
-  return call.run([&] { return all_gather_tensors(call, *transport_, shm_ != nullptr, size_, outputs, inputs, opts); });
+  CollectiveCall call = this->call("allgather_into_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
+  return call.run([&] { return all_gather_tensors(call, *transport_, shm_.get(), size_, outputs, inputs, opts); });
 }
-
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::GatherOptions& opts) {
-  Call call(*this, "gather", c10d::OpType::GATHER, opts.timeout);
+  CollectiveCall call = this->call("gather", c10d::OpType::GATHER, opts.timeout);
   return call.run([&] {
     auto output_views = movable(call.host(outputs));
     auto input_views = movable(call.host(inputs));
@@ -902,7 +635,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vecto
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(std::vector<at::Tensor>& outputs,
                                                            std::vector<std::vector<at::Tensor>>& inputs,
                                                            const c10d::ScatterOptions& opts) {
-  Call call(*this, "scatter", c10d::OpType::SCATTER, opts.timeout);
+  CollectiveCall call = this->call("scatter", c10d::OpType::SCATTER, opts.timeout);
   return call.run([&] {
     auto output_views = movable(call.host(outputs));
     auto input_views = movable(call.host(inputs));
@@ -913,7 +646,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                   std::vector<std::vector<at::Tensor>>& inputs,
                                                                   const c10d::ReduceScatterOptions& opts) {
-  Call call(*this, "reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts.timeout);
+  CollectiveCall call = this->call("reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts.timeout);
   return call.run([&] {
     TORCH_CHECK(inputs.size() == outputs.size(), "reduce_scatter takes one list of inputs per output, got ",
                 inputs.size(), " lists for ", outputs.size(), " outputs");
@@ -950,26 +683,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                         const c10d::ReduceScatterOptions& opts) {
-  Call call(*this, "_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout);
+  CollectiveCall call = this->call("_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout);
   return call.run([&] {
     std::vector<at::Tensor> outputs{output};
     std::vector<at::Tensor> inputs{input};
-    return reduce_scatter_tensors(call, *transport_, shm_ != nullptr, rank_, size_, outputs, inputs, opts);
+    return reduce_scatter_tensors(call, *transport_, shm_.get(), rank_, size_, outputs, inputs, opts);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  Call call(*this, "reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts.timeout);
-  return call.run([&] { return reduce_scatter_tensors(call, *transport_, shm_ != nullptr, rank_, size_, outputs, inputs, opts); });
+  CollectiveCall call =
+      this->call("reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts.timeout);
+  return call.run([&] {
+    return reduce_scatter_tensors(call, *transport_, shm_.get(), rank_, size_, outputs, inputs, opts);
+  });
 }
-
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                                  std::vector<int64_t>& output_split_sizes,
                                                                  std::vector<int64_t>& input_split_sizes,
                                                                  const c10d::AllToAllOptions& opts) {
-  Call call(*this, "alltoall_base", c10d::OpType::ALLTOALL_BASE, opts.timeout);
+  CollectiveCall call = this->call("alltoall_base", c10d::OpType::ALLTOALL_BASE, opts.timeout);
   return call.run([&] {
     at::Tensor output_view = movable(call.host(output));
     at::Tensor input_view = movable(call.host(input));
@@ -982,7 +717,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& out
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tensor>& outputs,
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllToAllOptions& opts) {
-  Call call(*this, "alltoall", c10d::OpType::ALLTOALL, opts.timeout);
+  CollectiveCall call = this->call("alltoall", c10d::OpType::ALLTOALL, opts.timeout);
   return call.run([&] {
     auto output_views = call.host(outputs);
     auto input_views = call.host(inputs);
@@ -1030,7 +765,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
-  Call call(*this, "send", c10d::OpType::SEND, Milliseconds(-1));
+  CollectiveCall call = this->call("send", c10d::OpType::SEND, std::chrono::milliseconds(-1));
   return call.run([&] {
     auto views = movable(call.host(tensors));
     return call.start(call.transport(*transport_).send(views, dst_rank, tag), tensors);
@@ -1038,7 +773,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>&
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
-  Call call(*this, "recv", c10d::OpType::RECV, Milliseconds(-1));
+  CollectiveCall call = this->call("recv", c10d::OpType::RECV, std::chrono::milliseconds(-1));
   return call.run([&] {
     auto views = movable(call.host(tensors));
     return call.start(call.transport(*transport_).recv(views, src_rank, tag), tensors);
@@ -1046,7 +781,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>&
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  Call call(*this, "recv (any source)", c10d::OpType::RECVANYSOURCE, Milliseconds(-1));
+  CollectiveCall call = this->call("recv (any source)", c10d::OpType::RECVANYSOURCE, std::chrono::milliseconds(-1));
   return call.run([&] {
     auto views = movable(call.host(tensors));
     return call.start(call.transport(*transport_).recvAnysource(views, tag), tensors);
@@ -1054,29 +789,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(std::vector<at:
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions& opts) {
-  Call call(*this, "barrier", c10d::OpType::BARRIER, opts.timeout);
+  CollectiveCall call = this->call("barrier", c10d::OpType::BARRIER, opts.timeout);
   return call.run([&] {
     // The work queued on this rank's device before the barrier has run when it returns.
-    if (shm_) return call.run_shared([](neuron_rt::ShmGroup& group) { group.barrier(); }, std::vector<at::Tensor>());
-    if (hierarchy_) {
-      return call.run_hierarchical([](ProcessGroupNeuron& group, Hierarchy& hierarchy, Clock::time_point deadline) {
-        if (hierarchy.local) hierarchy.local->barrier();
-        across_hosts(group, hierarchy, deadline, [&](c10d::Backend& leaders, Milliseconds left) {
-          c10d::BarrierOptions options;
-          options.timeout = left;
-          return std::vector<c10::intrusive_ptr<c10d::Work>>{leaders.barrier(options)};
-        });
-        if (hierarchy.local) hierarchy.local->barrier();
-      }, std::vector<at::Tensor>());
-    }
+    if (shm_) return call.run_shared(*shm_, [](neuron_rt::ShmGroup& group) { group.barrier(); }, std::vector<at::Tensor>());
+    if (hierarchy_) return run_hierarchical(call, *hierarchy_, barrier_across_hosts, std::vector<at::Tensor>());
     return call.start(call.transport(*transport_).barrier(opts), std::vector<at::Tensor>());
   });
 }
 
 void ProcessGroupNeuron::setSequenceNumberForGroup() { transport_->setSequenceNumberForGroup(); }
 uint64_t ProcessGroupNeuron::getSequenceNumberForGroup() { return transport_->getSequenceNumberForGroup(); }
-// Ends every collective still pending, on both transports (Gloo's own abort does nothing),
-// and fails every later call, as NCCL's communicator abort does.
+
 void ProcessGroupNeuron::abort() {
   queue_.mark_aborted();
   if (shm_) shm_->abort("abort() was called");
@@ -1087,6 +811,7 @@ void ProcessGroupNeuron::abort() {
   // of its own), and the group fails its later collectives.
   if (hierarchy_) hierarchy_->drop_leaders("abort() was called");
 }
+
 void ProcessGroupNeuron::shutdown() { transport_->shutdown(); }
 
 }  // namespace torch_neuron

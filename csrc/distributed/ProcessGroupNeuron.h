@@ -4,7 +4,7 @@
 //
 // Transport. When every rank of the group is on this host (runtime/collectives.h,
 // host_key()), allreduce, broadcast, the all-gathers, the reduce-scatters and barrier run
-// through shared memory (neuron_rt::ShmGroup), synchronously on the calling thread, on
+// through shared memory (neuron_rt::ShmGroup), on the group's communication thread, on
 // contiguous tensors of the dtypes it reduces (NEURON_SIM_SHM_COLLECTIVES=0 turns it off).
 // Everything else, and every collective of a group that spans hosts, runs on Gloo
 // (c10d::ProcessGroupGloo, shipped in the torch wheel; made by the Python registration with
@@ -20,30 +20,11 @@
 // still touches its outputs. The collectives of one group run in the order they were issued
 // (the Gloo group has one worker thread, the shared-memory path one communication thread),
 // as a NCCL group's do on its stream; the step that finishes a result (AVG's division,
-// copies out of staging) runs before the next collective starts.
+// copies out of staging) runs before the next collective starts. Each collective is then
+// ordered on the group's communication stream, not on the current stream (Note
+// [Stream-ordered collectives], CollectiveCall.h).
 //
-// Note [Stream-ordered collectives]. As ProcessGroupNCCL does, a collective is ordered on
-// its group's communication stream (one per group and device, from the device's
-// kCommStreamCount communication streams, never handed out as pool streams; shared only
-// past that many groups on one device), not on the current stream: a task there waits for it (in launch-blocking mode
-// that task runs at the call, so the call returns once the collective ended, as with
-// CUDA_LAUNCH_BLOCKING=1). Its future is device-aware and completes at issue, holding the
-// outputs, with events recorded on the communication stream after that task: whoever waits
-// for the future or chains a callback with then() has its stream wait for those events (c10's
-// Future does this), and the callbacks run at once on the thread that chains them, so a
-// callback may run another collective and wait for it, and every rank issues the
-// collectives of its callbacks in the same order (PowerSGD's hook over several buckets).
-// Ops issued on the current stream after the call see the result after wait() (which
-// blocks the calling thread until the Work completed). Since the current stream does not
-// wait for a collective, a later collective of another group does not either: ranks may issue
-// the asynchronous collectives of different groups in different orders (review 9b, finding 6;
-// before, each rank's second call waited for its first and the ranks deadlocked). A failed or
-// timed-out collective does not fail the device: its Work carries the error, which wait()
-// raises (its outputs are then undefined). Point-to-point works (send, recv) are on no stream
-// (an isend waiting there for its receive would deadlock ranks that both send first); a
-// completion thread waits for them and completes their futures, which have no devices.
-//
-// Beyond Gloo's own semantics:
+// Beyond Gloo's own semantics (Reduction.h):
 //  - AVG: SUM, then a division by the group size (truncating for integers, as NCCL does);
 //  - PREMUL_SUM: each rank scales its own contribution by the factor first (on a copy
 //    where the input is not also the output), then SUM;
@@ -96,6 +77,8 @@ class ShmGroup;
 
 namespace torch_neuron {
 
+class CollectiveCall;
+
 class ProcessGroupNeuron final : public c10d::Backend {
  public:
   // `transport`: a ProcessGroupGloo over the group's store, rank and size. `store`: that
@@ -147,10 +130,6 @@ class ProcessGroupNeuron final : public c10d::Backend {
   };
   Hierarchy* hierarchy() const { return hierarchy_.get(); }
 
-  // For the collectives' calls: the order of this group's collectives, and its shared memory.
-  CollectiveQueue& queue() { return queue_; }
-  neuron_rt::ShmGroup* shm() const { return shm_.get(); }
-
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
@@ -195,10 +174,15 @@ class ProcessGroupNeuron final : public c10d::Backend {
 
   void setSequenceNumberForGroup() override;
   uint64_t getSequenceNumberForGroup() override;
+  // Ends every collective still pending, on both transports (Gloo's own abort does nothing),
+  // and fails every later call, as NCCL's communicator abort does.
   void abort() override;
   void shutdown() override;
 
  private:
+  // The call of collective `name` (`timeout`: the call's; not positive: the group's).
+  CollectiveCall call(const char* name, c10d::OpType type, std::chrono::milliseconds timeout);
+
   c10::intrusive_ptr<c10d::Backend> transport_;
   c10::intrusive_ptr<Options> options_;
   c10::DeviceIndex device_;
