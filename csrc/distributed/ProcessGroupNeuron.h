@@ -40,34 +40,24 @@
 // does not stop Gloo's op: the outputs are undefined until the op ends; when it does, its
 // finishing step still runs, so they then hold the result the peers got.
 //
-// Note [Hierarchical collectives]. A group whose ranks span hosts, with several ranks on at
-// least one host, runs allreduce, broadcast and barrier in three steps, as NCCL does across
-// nodes: inside each host over shared memory (its ranks' own ShmGroup, zero-copy where their
-// device memory allows), across hosts on Gloo between one leader per host (the host's first
-// rank; a Gloo group of the leaders only, made by the Python registration), then inside each
-// host again (a broadcast from the leader). Allreduce: local allreduce, leaders' allreduce,
-// local broadcast; so each byte crosses the network once per host, not once per rank. Broadcast:
-// inside the root's host, then between leaders, then inside the other hosts. The steps run
-// as one task on the communication thread, so the group's one order holds. A rank whose step
-// fails aborts its host's shared memory with the error, and a leader also closes its
-// connections to the other leaders, so every rank of every host fails at once instead of at
-// the deadline; abort() ends a leader's pending step across hosts. The other collectives of
-// such a group run on Gloo over the whole group.
+// Across hosts: Note [Hierarchical collectives] (HierarchicalCollectives.h).
+//
+// The pieces, as in ProcessGroupGloo/ProcessGroupNCCL: NeuronWork.h (the Work of one
+// collective), CollectiveCall.h (the call path), CollectiveQueue.h (the group's order),
+// Reduction.h (the reduction table), HierarchicalCollectives.h (the algorithm across hosts),
+// CompletionThreads.h (the process-wide completion and release threads, and the exit).
 //
 // Thread safety: as c10d requires, every rank issues the group's collectives in the same
 // order; a Work may be waited for from any thread.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
-
-#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "CollectiveQueue.h"
 
@@ -78,6 +68,7 @@ class ShmGroup;
 namespace torch_neuron {
 
 class CollectiveCall;
+struct Hierarchy;
 
 class ProcessGroupNeuron final : public c10d::Backend {
  public:
@@ -105,29 +96,6 @@ class ProcessGroupNeuron final : public c10d::Backend {
   // Collectives that went zero-copy so far; -1 when the group cannot (collectives.h).
   int64_t zero_copy_calls() const;
   // Note [Hierarchical collectives]: what a group spanning hosts uses; null otherwise.
-  struct Hierarchy {
-    std::vector<int> host_of;      // per rank of the group
-    std::vector<int> local_index;  // per rank: its index among its host's ranks
-    bool leader = false;                           // this rank is its host's first
-    std::unique_ptr<neuron_rt::ShmGroup> local;    // this host's ranks; null when alone here
-    std::atomic<uint64_t> calls{0};                // collectives run this way (tests check it)
-
-    // The leaders' Gloo group (a leader's; null elsewhere); raises once it was dropped.
-    c10::intrusive_ptr<c10d::Backend> leaders() const;
-    void set_leaders(c10::intrusive_ptr<c10d::Backend> leaders);
-    // After a failure on this leader: closes its connections to the other leaders (their
-    // pending and later steps fail at once, as if this process had died) and fails its
-    // later collectives with `why`. Gloo's threads are joined elsewhere (one may still be in
-    // a transfer until its own timeout).
-    void drop_leaders(const std::string& why);
-    // Takes the leaders' group (null once dropped), for teardown.
-    c10::intrusive_ptr<c10d::Backend> take_leaders();
-
-   private:
-    mutable std::mutex mutex_;
-    c10::intrusive_ptr<c10d::Backend> leaders_;
-    std::string dropped_;  // why, once dropped
-  };
   Hierarchy* hierarchy() const { return hierarchy_.get(); }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
