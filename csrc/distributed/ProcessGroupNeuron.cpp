@@ -55,6 +55,20 @@ std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& list
   return flat;
 }
 
+// A collective into lists of outputs that Gloo runs as is (gather, allgather_coalesced):
+// `issue(gloo, output views, input views)` hands Gloo the movable host views; the Work's value
+// is the lists, its result() their tensors.
+using Views = std::vector<at::Tensor>;
+using ListsOfViews = std::vector<std::vector<at::Tensor>>;
+template <typename Issue>
+c10::intrusive_ptr<c10d::Work> into_lists(CollectiveCall& call, c10d::Backend& transport, const ListsOfViews& outputs,
+                                          const Views& inputs, const Issue& issue) {
+  auto output_views = movable(call.host(outputs));
+  auto input_views = movable(call.host(inputs));
+  auto work = issue(call.transport(transport), output_views, input_views);
+  return call.start(work, c10::IValue(outputs), flatten(outputs));
+}
+
 // The tensors a reduction hands the transport, and the steps that finish its result.
 // `views`: this rank's tensors, its contribution and, when it `receives` the result (reduce's
 // other ranks only contribute), where the result goes. PREMUL_SUM scales copies, never the
@@ -329,60 +343,46 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
   CollectiveCall call = this->call("allreduce", c10d::OpType::ALLREDUCE, opts.timeout);
-  return call.run([&] {
-    const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
-    auto views = call.host(tensors);
-    // Several tensors in one allreduce are reduced together (Gloo's multi-device form): Gloo's.
-    const bool shared = (shm_ || hierarchy_) && views.size() == 1 && shared_reduces(views, reduction.transport_op);
-    auto sent = reduction_inputs(call, reduction, views, /*receives=*/true, size_);
-    if (shared) {
-      const auto kind = *shared_reduction(reduction.transport_op);
-      sent = call.staged(sent, /*receives=*/true);
-      if (hierarchy_) {
-        return run_hierarchical(call, *hierarchy_, [sent, kind, op = reduction.transport_op](
-                                    Hierarchy& hierarchy, const CollectiveQueue& queue, Clock::time_point deadline) {
-          all_reduce_across_hosts(hierarchy, queue, sent, kind, op, deadline);
-        }, tensors);
-      }
-      return call.run_shared(*shm_, [sent, kind](neuron_rt::ShmGroup& group) {
-        group.all_reduce(sent[0].data_ptr(), static_cast<size_t>(sent[0].numel()), *shared_element(sent[0].scalar_type()),
-                         kind);
-      }, tensors);
-    }
-    c10d::AllreduceOptions transport_opts = opts;
-    transport_opts.reduceOp = reduction.transport_op;
-    return call.start(call.transport(*transport_).allreduce(sent, transport_opts), tensors);
-  });
+  return call.run([&] { return all_reduce(call, tensors, opts, /*coalesced=*/false); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                        const c10d::AllreduceCoalescedOptions& opts) {
   CollectiveCall call = this->call("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
-  return call.run([&] {
-    const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
-    auto views = call.host(tensors);
-    const bool shared = (shm_ || hierarchy_) && shared_reduces(views, reduction.transport_op);
-    auto sent = reduction_inputs(call, reduction, views, /*receives=*/true, size_);
-    if (shared) {
-      const auto kind = *shared_reduction(reduction.transport_op);
-      sent = call.staged(sent, /*receives=*/true);
-      if (hierarchy_) {
-        return run_hierarchical(call, *hierarchy_, [sent, kind, op = reduction.transport_op](
-                                    Hierarchy& hierarchy, const CollectiveQueue& queue, Clock::time_point deadline) {
-          all_reduce_across_hosts(hierarchy, queue, sent, kind, op, deadline);
-        }, tensors);
-      }
-      return call.run_shared(*shm_, [sent, kind](neuron_rt::ShmGroup& group) {
-        for (const auto& tensor : sent) {
-          group.all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), *shared_element(tensor.scalar_type()),
-                           kind);
-        }
+  return call.run([&] { return all_reduce(call, tensors, opts, /*coalesced=*/true); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::all_reduce(CollectiveCall& call, std::vector<at::Tensor>& tensors,
+                                                              const c10d::AllreduceOptions& opts, bool coalesced) {
+  const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
+  auto views = call.host(tensors);
+  // Several tensors in one allreduce are reduced together (Gloo's multi-device form): Gloo's.
+  const bool shared = (shm_ || hierarchy_) && (coalesced || views.size() == 1) &&
+                      shared_reduces(views, reduction.transport_op);
+  auto sent = reduction_inputs(call, reduction, views, /*receives=*/true, size_);
+  if (shared) {
+    const auto kind = *shared_reduction(reduction.transport_op);
+    sent = call.staged(sent, /*receives=*/true);
+    if (hierarchy_) {
+      return run_hierarchical(call, *hierarchy_, [sent, kind, op = reduction.transport_op](
+                                  Hierarchy& hierarchy, const CollectiveQueue& queue, Clock::time_point deadline) {
+        all_reduce_across_hosts(hierarchy, queue, sent, kind, op, deadline);
       }, tensors);
     }
-    c10d::AllreduceCoalescedOptions transport_opts = opts;
-    transport_opts.reduceOp = reduction.transport_op;
-    return call.start(call.transport(*transport_).allreduce_coalesced(sent, transport_opts), tensors);
-  });
+    return call.run_shared(*shm_, [sent, kind](neuron_rt::ShmGroup& group) {
+      for (const auto& tensor : sent) {
+        group.all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), *shared_element(tensor.scalar_type()),
+                         kind);
+      }
+    }, tensors);
+  }
+  c10d::AllreduceOptions transport_opts = opts;
+  transport_opts.reduceOp = reduction.transport_op;
+  c10d::Backend& transport = call.transport(*transport_);
+  if (!coalesced) return call.start(transport.allreduce(sent, transport_opts), tensors);
+  c10d::AllreduceCoalescedOptions coalesced_opts;
+  static_cast<c10d::AllreduceOptions&>(coalesced_opts) = transport_opts;  // it adds no field
+  return call.start(transport.allreduce_coalesced(sent, coalesced_opts), tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor>& tensors,
@@ -447,10 +447,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     const c10d::AllgatherOptions& opts) {
   CollectiveCall call = this->call("allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts.timeout);
   return call.run([&] {
-    auto output_views = movable(call.host(output_lists));
-    auto input_views = movable(call.host(inputs));
-    auto work = call.transport(*transport_).allgather_coalesced(output_views, input_views, opts);
-    return call.start(work, c10::IValue(output_lists), flatten(output_lists));
+    return into_lists(call, *transport_, output_lists, inputs,
+                      [&](c10d::Backend& gloo, ListsOfViews& output_views, Views& input_views) {
+                        return gloo.allgather_coalesced(output_views, input_views, opts);
+                      });
   });
 }
 
@@ -465,10 +465,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vecto
                                                           const c10d::GatherOptions& opts) {
   CollectiveCall call = this->call("gather", c10d::OpType::GATHER, opts.timeout);
   return call.run([&] {
-    auto output_views = movable(call.host(outputs));
-    auto input_views = movable(call.host(inputs));
-    auto work = call.transport(*transport_).gather(output_views, input_views, opts);
-    return call.start(work, c10::IValue(outputs), flatten(outputs));
+    return into_lists(call, *transport_, outputs, inputs,
+                      [&](c10d::Backend& gloo, ListsOfViews& output_views, Views& input_views) {
+                        return gloo.gather(output_views, input_views, opts);
+                      });
   });
 }
 

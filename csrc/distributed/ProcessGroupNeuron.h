@@ -150,6 +150,10 @@ class ProcessGroupNeuron final : public c10d::Backend {
  private:
   // The call of collective `name` (`timeout`: the call's; not positive: the group's).
   CollectiveCall call(const char* name, c10d::OpType type, std::chrono::milliseconds timeout);
+  // allreduce and allreduce_coalesced: `coalesced` reduces every tensor on its own (else
+  // several tensors are reduced together, Gloo's multi-device form).
+  c10::intrusive_ptr<c10d::Work> all_reduce(CollectiveCall& call, std::vector<at::Tensor>& tensors,
+                                            const c10d::AllreduceOptions& opts, bool coalesced);
 
   c10::intrusive_ptr<c10d::Backend> transport_;
   c10::intrusive_ptr<Options> options_;
