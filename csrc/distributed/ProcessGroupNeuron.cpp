@@ -12,7 +12,11 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "../../runtime/collectives.h"
 #include "../../runtime/error.h"
