@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "NeuronCommon.h"
-#include "distributed/CompletionThreads.h"
+#include "distributed/ProcessGroupNeuron.h"
 
 namespace torch_neuron {
 

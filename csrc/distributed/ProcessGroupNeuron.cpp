@@ -21,8 +21,6 @@
 #include "../../runtime/collectives.h"
 #include "../../runtime/error.h"
 #include "../NeuronCommon.h"
-#include "../HostViews.h"
-#include "../Launch.h"
 #include "CollectiveCall.h"
 #include "HierarchicalCollectives.h"
 #include "Reduction.h"

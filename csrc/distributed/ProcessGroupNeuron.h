@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "CollectiveQueue.h"
+#include "CompletionThreads.h"  // quiesce_collectives_for_exit(), for ExitQuiesce.cpp
 
 namespace neuron_rt {
 class ShmGroup;
