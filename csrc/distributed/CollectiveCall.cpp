@@ -222,6 +222,7 @@ c10::intrusive_ptr<c10d::Work> CollectiveCall::start(c10::intrusive_ptr<c10d::Wo
   } else {
     // Point-to-point: neither on the stream nor blocking in launch-blocking mode (Note
     // [Stream-ordered collectives]); its future completes when the transfer ends.
+    note_collective_launch(nullptr);  // on no stream
     queue_.track(work);
     work->watch_transport();
     return work;
@@ -242,16 +243,22 @@ c10::intrusive_ptr<c10d::Work> CollectiveCall::issued(const c10::intrusive_ptr<N
   // error) passed; never fails the stream: the Work carries the error.
   const Clock::time_point until = deadline_ + Milliseconds(500);
   const c10::Stream comm = queue_.comm_stream(device());
-  NEURON_RT_CALL(runtime()
-                     .stream(comm.device_index(), static_cast<int>(comm.id()))
-                     .enqueue([signal = work->signal(), until] {
-                       std::unique_lock<std::mutex> lock(signal->mutex);
-                       signal->done_cv.wait_until(lock, until, [&] { return signal->done; });
-                     }));
+  neuron_rt::Stream& stream = NEURON_RT_CALL(runtime().stream(comm.device_index(), static_cast<int>(comm.id())));
+  note_collective_launch(&stream);
+  NEURON_RT_CALL(stream.enqueue([signal = work->signal(), until] {
+    std::unique_lock<std::mutex> lock(signal->mutex);
+    signal->done_cv.wait_until(lock, until, [&] { return signal->done; });
+  }));
   if (!work->isCompleted() && Clock::now() >= until) work->wait_on_stream();  // past its deadline: time it out
   c10::StreamGuard on_comm(comm);  // the future records its events on the communication stream
   work->complete_future_at_issue();
   return work;
+}
+
+void CollectiveCall::note_collective_launch(const neuron_rt::Stream* stream) {
+  TORCH_INTERNAL_ASSERT(!launched_, name_, ": one collective call issued two launches");
+  launched_ = true;
+  note_launch(LaunchPath::kCollective, name_, device(), stream);
 }
 
 std::vector<c10::Device> CollectiveCall::future_devices() const { return {c10::Device(kNeuron, device())}; }

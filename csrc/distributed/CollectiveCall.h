@@ -2,8 +2,9 @@
 // ProcessGroupNCCL's collective() and ProcessGroupGloo's enqueue() are to those groups). It checks
 // the call's tensors and lends their memory to the transport as host views, readies the device,
 // hands the views to a transport (Gloo, or the group's communication thread) and wraps the
-// transport's work in a NeuronWork ordered on the group's communication stream. Every error it
-// raises names the collective, the group and this rank.
+// transport's work in a NeuronWork ordered on the group's communication stream. It passes the
+// launch seam once per call (Note [Launches], Launch.h). Every error it raises names the
+// collective, the group and this rank.
 //
 // Note [Stream-ordered collectives]
 // As ProcessGroupNCCL does, a collective is ordered on its group's communication stream (one per
@@ -43,6 +44,7 @@
 
 namespace neuron_rt {
 class ShmGroup;
+class Stream;
 }
 
 namespace torch_neuron {
@@ -128,6 +130,9 @@ class CollectiveCall {
   // Note [Stream-ordered collectives]: orders `work` on the communication stream and completes
   // its future.
   c10::intrusive_ptr<c10d::Work> issued(const c10::intrusive_ptr<NeuronWork>& work);
+  // Note [Launches]: passes the seam for this call, once, with the stream the collective is
+  // ordered on (the communication stream; none for point-to-point transfers).
+  void note_collective_launch(const neuron_rt::Stream* stream);
   c10::DeviceIndex device() const { return device_ >= 0 ? device_ : group_device_; }
   std::vector<c10::Device> future_devices() const;
 
@@ -141,6 +146,7 @@ class CollectiveCall {
   const Clock::time_point deadline_;
   c10::DeviceIndex device_ = -1;
   bool ready_ = false;
+  bool launched_ = false;
   std::vector<std::function<void()>> finish_steps_;
 };
 
