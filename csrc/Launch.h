@@ -98,7 +98,7 @@ struct Launch {
   LaunchPath path;
   const char* name;           // the op, program or collective
   c10::DeviceIndex device;
-  const neuron_rt::Stream* stream;  // the stream it is ordered on (nullptr: the current one)
+  const neuron_rt::Stream* stream;  // the stream it is ordered on (nullptr: the current one; none for point-to-point transfers, which no stream orders)
 };
 
 // Sees every launch, on the launching thread, when it is issued.
