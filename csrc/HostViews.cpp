@@ -52,6 +52,7 @@ c10::Storage device_storage_for(const c10::Storage& cpu_storage, c10::DeviceInde
   neuron_rt::BufferRef buffer = allocate_buffer(device, nbytes);
   if (nbytes && !impl->data()) {  // a storage without memory (e.g. of a zero tensor)
     auto& stream = current_stream(device);
+    note_launch(LaunchPath::kCopy, "zero-fill a host result", device, &stream);
     NEURON_RT_CALL(stream.enqueue([buffer, nbytes] {
       neuron_rt::GuardScope scope;
       scope.add(buffer.get());

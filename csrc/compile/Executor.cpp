@@ -380,9 +380,12 @@ void ProgramExecutor::build() {
     for (int id : node.outputs) {
       if (id >= 0 && !per_call_[id]) step->fixed_writes.push_back(id);
     }
+    // ATen's schemas mark every argument an op writes (a!); an op of another library may not
+    // say: each fixed value it is given is checked.
+    const bool annotated = name.rfind("aten::", 0) == 0;
     for (const auto& slot : step->tensors) {
       const auto& alias = schema.arguments()[slot.position].alias_info();
-      if (slot.value >= 0 && !per_call_[slot.value] && alias && alias->isWrite()) {
+      if (slot.value >= 0 && !per_call_[slot.value] && (!annotated || (alias && alias->isWrite()))) {
         step->fixed_writes.push_back(slot.value);
       }
     }
@@ -401,8 +404,10 @@ void ProgramExecutor::build() {
 // resizing its output) would carry a pointer into one call's input into the next call, after
 // that input was freed. After each step that may change a fixed value in place (its outputs and
 // the arguments its schema marks as written), the value's storage, offset, sizes and strides are
-// compared with the ones it was built with (a few integers per such value); a change restores
-// the value and fails the call with what the step did, before any later step can use it.
+// compared with the ones it was built with (a few integers per such value; an op outside ATen,
+// whose schema may not mark what it writes, has every fixed value it is given checked); a
+// change restores the value and fails the call with what the step did, before any later step
+// can use it.
 void ProgramExecutor::check_fixed(const Step& step) {
   for (int id : step.fixed_writes) {
     const at::Tensor& now = fixed_[id];

@@ -2,8 +2,8 @@
 // The ops the bridge computes by calling ATen's CPU kernel directly (at::cpu::*), unboxed and
 // without the dispatcher: eager ops on the direct path (Hot.cpp's wrappers) and the steps of
 // compiled programs (compile/Executor.cpp). Both call the functions below, so an op computes
-// the same way in both (a small bfloat16 mm takes the brgemm kernel in both: Note [Small
-// bfloat16 matmuls]), and direct_ops() is the one list of them, saying where each is direct:
+// the same way in both (a small bfloat16 mm takes the brgemm kernel in both, eager mm.out
+// excepted, which keeps at::mm: Note [Small bfloat16 matmuls]), and direct_ops() is the one list of them, saying where each is direct:
 // tests/kernels/test_direct_kernels.py checks it against Hot.cpp's registrations and the
 // executor's steps, so an op added to one side only is a failing test, not a silent difference
 // in speed.

@@ -263,6 +263,7 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   counter.hit();
   HostCall call;
   call.device = run_here_on(self.device().index());  // a sync point
+  note_launch(LaunchPath::kCopy, "aten::_local_scalar_dense", call.device);  // a device-to-host read
   return at::native::_local_scalar_dense_cpu(call.to_host(self));
 }
 
