@@ -24,8 +24,9 @@ py::dict device_properties(int device) {
   const auto& topology = rt.topology();
   const auto& core = topology.visible[device];
   py::dict properties;
-  properties["name"] = "AWS " + std::string(topology.platform_name() == "trn1" ? "Trainium" : "Trainium2") +
-                       " NeuronCore (simulated)";
+  const std::string platform = topology.platform_name();
+  const char* chip = platform == "trn1" ? "Trainium" : platform == "trn3" ? "Trainium3" : "Trainium2";
+  properties["name"] = "AWS " + std::string(chip) + " NeuronCore (simulated)";
   properties["platform"] = topology.platform_name();
   properties["total_memory"] = core.hbm_bytes;
   properties["logical_nc_config"] = topology.logical_nc_config;
