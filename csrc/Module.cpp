@@ -9,6 +9,7 @@
 #include "NeuronAllocator.h"
 #include "NeuronCommon.h"
 #include "NeuronGenerator.h"
+#include "DeviceClock.h"
 #include "Dtype64.h"
 #include "OpTracking.h"
 #include "HostViews.h"
@@ -87,6 +88,10 @@ PYBIND11_MODULE(_C, m) {
     for (int i = 0; i < kLaunchPaths; ++i) result[names[i]] = counts[i];
     return result;
   });
+  // Note [Device clock] (DeviceClock.h).
+  m.def("_start_device_clock", &start_device_clock, py::arg("platform_file"));
+  m.def("_device_clock_on", &device_clock_on);
+  m.def("_device_time_ns", [](int device) { return device_time_ns(c10::DeviceIndex(device)); }, py::arg("device") = -1);
   m.def("_is_in_bad_fork", [] { return neuron_rt::Runtime::in_bad_fork(); });
   m.def("_is_initialized", [] { return neuron_rt::Runtime::initialized(); });
   m.def("_quiesce_for_exit", &quiesce_for_exit, py::call_guard<py::gil_scoped_release>(),
