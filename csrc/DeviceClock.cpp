@@ -3,7 +3,10 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/ScalarType.h>
 
+#include <c10/util/SmallVector.h>
+
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -122,54 +125,54 @@ const OpClass& classify(const char* name) {
 
 // ---- the tensors of a launch ----------------------------------------------------------------
 
-void each_tensor(const c10::IValue& value, std::vector<at::Tensor>& into) {
+// Pointers into what the call site holds (alive for the whole note_launch); no copies, no
+// reference counts (Note [Device clock]: the clock's host cost stays small).
+using TensorPointers = c10::SmallVector<const at::Tensor*, 8>;
+
+void each_tensor(const c10::IValue& value, TensorPointers& into) {
   if (value.isTensor()) {
-    into.push_back(value.toTensor());
-  } else if (value.isTensorList()) {
-    for (const at::Tensor& t : value.toTensorList()) into.push_back(t);
+    into.push_back(&value.toTensor());
   } else if (value.isList()) {
     for (const c10::IValue& element : value.toListRef()) {
-      if (element.isTensor()) into.push_back(element.toTensor());
+      if (element.isTensor()) into.push_back(&element.toTensor());
     }
   }
 }
 
 struct Tensors {
-  std::vector<at::Tensor> inputs, outputs;
+  TensorPointers inputs, outputs;
 };
 
-Tensors tensors_of(const Launch& launch, const OpClass& op) {
+void tensors_of(const Launch& launch, const OpClass& op, Tensors& t) {
   const LaunchOperands& given = launch.operands;
-  Tensors t;
-  for (const at::Tensor* p : given.input_pointers) t.inputs.push_back(*p);
-  for (const at::Tensor& p : given.inputs) t.inputs.push_back(p);
+  for (const at::Tensor* p : given.input_pointers) t.inputs.push_back(p);
+  for (const at::Tensor& p : given.inputs) t.inputs.push_back(&p);
   for (const c10::IValue& value : given.arguments) each_tensor(value, t.inputs);
-  for (const at::Tensor& p : given.outputs) t.outputs.push_back(p);
+  for (const at::Tensor& p : given.outputs) t.outputs.push_back(&p);
   for (const c10::IValue& value : given.results) each_tensor(value, t.outputs);
   if (op.out_variant && !t.outputs.empty()) {  // out= operands are written, not read
-    auto written = [&](const at::Tensor& input) {
-      return std::any_of(t.outputs.begin(), t.outputs.end(), [&](const at::Tensor& out) {
-        return out.defined() && input.defined() && out.unsafeGetTensorImpl() == input.unsafeGetTensorImpl();
+    auto written = [&](const at::Tensor* input) {
+      return std::any_of(t.outputs.begin(), t.outputs.end(), [&](const at::Tensor* out) {
+        return out->defined() && input->defined() && out->unsafeGetTensorImpl() == input->unsafeGetTensorImpl();
       });
     };
     t.inputs.erase(std::remove_if(t.inputs.begin(), t.inputs.end(), written), t.inputs.end());
   }
   if (t.outputs.empty() && op.in_place && !t.inputs.empty()) t.outputs.push_back(t.inputs.front());
-  return t;
 }
 
 uint64_t hbm_bytes(const at::Tensor& t) {
   return t.defined() && t.device().type() == kNeuron ? uint64_t(t.nbytes()) : 0;
 }
-uint64_t hbm_bytes(const std::vector<at::Tensor>& tensors) {
+uint64_t hbm_bytes(const TensorPointers& tensors) {
   uint64_t bytes = 0;
-  for (const at::Tensor& t : tensors) bytes += hbm_bytes(t);
+  for (const at::Tensor* t : tensors) bytes += hbm_bytes(*t);
   return bytes;
 }
-uint64_t largest_numel(const std::vector<at::Tensor>& tensors) {
+uint64_t largest_numel(const TensorPointers& tensors) {
   uint64_t numel = 0;
-  for (const at::Tensor& t : tensors) {
-    if (t.defined()) numel = std::max(numel, uint64_t(t.numel()));
+  for (const at::Tensor* t : tensors) {
+    if (t->defined()) numel = std::max(numel, uint64_t(t->numel()));
   }
   return numel;
 }
@@ -192,8 +195,8 @@ NumberFormat format_of(const at::Tensor& t) {
   }
 }
 
-const at::Tensor* operand(const std::vector<at::Tensor>& tensors, size_t index) {
-  return index < tensors.size() && tensors[index].defined() ? &tensors[index] : nullptr;
+const at::Tensor* operand(const TensorPointers& tensors, size_t index) {
+  return index < tensors.size() && tensors[index]->defined() ? tensors[index] : nullptr;
 }
 
 // The dimensions of `a @ b` with torch.matmul's broadcasting (1-D operands as a row / a column).
@@ -209,20 +212,22 @@ neuron_rt::MatmulShape matmul_shape(const at::Tensor& a, const at::Tensor& b) {
   return s;
 }
 
-std::vector<Work> describe(const Launch& launch) {
-  Work work;
+// Fills `parts` with the launch's work (one part, or three for an attention); returns how many.
+int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
+  Work& work = parts[0];
   if (launch.path == LaunchPath::kProgram || launch.path == LaunchPath::kCollective) {
     // Phases 2 and 3 of issue 25 describe these; until then, one launch's fixed cost.
     work.kind = WorkKind::kNone;
-    return {work};
+    return 1;
   }
   const OpClass& op = classify(launch.name);
-  Tensors t = tensors_of(launch, op);
+  Tensors t;
+  tensors_of(launch, op, t);
   work.hbm_bytes_read = hbm_bytes(t.inputs);
   work.hbm_bytes_written = hbm_bytes(t.outputs);
   const at::Tensor* first_output = operand(t.outputs, 0);
   const at::Tensor* first_input = operand(t.inputs, 0);
-  work.format = format_of(first_output ? *first_output : first_input ? *first_input : at::Tensor());
+  if (first_output || first_input) work.format = format_of(first_output ? *first_output : *first_input);
 
   if (launch.path == LaunchPath::kCopy) {
     const at::Tensor* source = first_input;
@@ -233,7 +238,7 @@ std::vector<Work> describe(const Launch& launch) {
                 : to_device              ? WorkKind::kHostToDevice
                                          : WorkKind::kDeviceToHost;
     work.moved_bytes = destination ? uint64_t(destination->nbytes()) : 0;
-    return {work};
+    return 1;
   }
   work.kind = op.kind;
   switch (op.kind) {
@@ -274,14 +279,17 @@ std::vector<Work> describe(const Launch& launch) {
         // operands' and the output's, counted once on the first part.
         const int64_t length = a->size(-2), embed = a->size(-1), source = b->size(-2), value_embed = v->size(-1);
         const int64_t heads = (length * embed) != 0 ? a->numel() / (length * embed) : 0;
-        Work scores = work, softmax = work, weighted = work;
+        Work scores = work, softmax = work, weighted = work;  // copies: `work` is parts[0]
         scores.matmul = {heads, length, embed, source};
         softmax.kind = WorkKind::kSoftmax;
         softmax.elements = uint64_t(heads * length * source);
         weighted.matmul = {heads, length, source, value_embed};
         softmax.hbm_bytes_read = softmax.hbm_bytes_written = weighted.hbm_bytes_read = weighted.hbm_bytes_written = 0;
         softmax.eager_launch = weighted.eager_launch = false;
-        return {scores, softmax, weighted};
+        parts[0] = scores;
+        parts[1] = softmax;
+        parts[2] = weighted;
+        return 3;
       } else {
         work.matmul = matmul_shape(*a, *b);
       }
@@ -290,7 +298,7 @@ std::vector<Work> describe(const Launch& launch) {
     default:
       break;
   }
-  return {work};
+  return 1;
 }
 
 // ---- the clock ----------------------------------------------------------------------------------
@@ -332,10 +340,10 @@ class ClockObserver final : public LaunchObserver {
 
 LaunchCost cost_of(const Launch& launch) {
   LaunchCost result;
-  result.parts = describe(launch);
+  result.part_count = describe(launch, result.parts);
   const neuron_rt::CostModel& model = cost_model();
-  for (const Work& part : result.parts) {
-    const neuron_rt::WorkCost cost = model.cost(part);
+  for (int i = 0; i < result.part_count; ++i) {
+    const neuron_rt::WorkCost cost = model.cost(result.parts[i]);
     result.cost.ns += cost.ns;
     result.cost.fixed_ns += cost.fixed_ns;
     result.cost.compute_ns += cost.compute_ns;

@@ -22,7 +22,7 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
+#include <array>
 
 #include "Launch.h"
 #include "runtime/cost_model.h"
@@ -39,8 +39,10 @@ uint64_t device_time_ns(c10::DeviceIndex device);
 
 // What the clock makes of one launch: its parts (one for most ops; an attention is two
 // matmuls and a softmax) and their cost. For tests and the later profiler track.
+constexpr int kMaxLaunchParts = 3;
 struct LaunchCost {
-  std::vector<neuron_rt::Work> parts;
+  std::array<neuron_rt::Work, kMaxLaunchParts> parts;
+  int part_count = 0;
   neuron_rt::WorkCost cost;  // summed over the parts
 };
 LaunchCost cost_of(const Launch& launch);
