@@ -229,6 +229,14 @@ int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
   const at::Tensor* first_input = operand(t.inputs, 0);
   if (first_output || first_input) work.format = format_of(first_output ? *first_output : *first_input);
 
+  if (launch.path == LaunchPath::kCopy && t.inputs.empty() && t.outputs.empty()) {
+    // The simulator's own copy of a kernel's host result into device memory (HostViews.cpp,
+    // "adopt a host result"): on the device the kernel writes its output in place, and the
+    // op's launch already costs that. Nothing to add.
+    work.kind = WorkKind::kNone;
+    work.eager_launch = false;
+    return 1;
+  }
   if (launch.path == LaunchPath::kCopy) {
     const at::Tensor* source = first_input;
     const at::Tensor* destination = first_output;

@@ -10,7 +10,8 @@
 // the platform data file given to start_device_clock().
 //
 // What each launch path gives it: direct, generic and queued eager ops (kernels/), copies
-// (Minimal.cpp) are costed from their operands; compiled programs (kProgram) and collectives
+// (Minimal.cpp) are costed from their operands (a copy launch without operands, the simulator
+// adopting a kernel's host result, costs nothing); compiled programs (kProgram) and collectives
 // (kCollective) pass the seam without operands yet and cost only their fixed launch cost
 // until their phases of issue 25 describe them (compile/Executor.cpp: one Work per step with
 // eager_launch = false plus one program launch; distributed/: bytes and ranks per algorithm).
