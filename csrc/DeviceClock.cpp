@@ -129,12 +129,20 @@ const OpClass& classify(const char* name) {
 // reference counts (Note [Device clock]: the clock's host cost stays small).
 using TensorPointers = c10::SmallVector<const at::Tensor*, 8>;
 
+// Nested tensors have no regular sizes to read: the clock leaves them out (their launch pays
+// its fixed cost only).
+bool costed(const at::Tensor& t) { return !t.is_nested(); }
+
+void add(TensorPointers& into, const at::Tensor& t) {
+  if (costed(t)) into.push_back(&t);
+}
+
 void each_tensor(const c10::IValue& value, TensorPointers& into) {
   if (value.isTensor()) {
-    into.push_back(&value.toTensor());
+    add(into, value.toTensor());
   } else if (value.isList()) {
     for (const c10::IValue& element : value.toListRef()) {
-      if (element.isTensor()) into.push_back(&element.toTensor());
+      if (element.isTensor()) add(into, element.toTensor());
     }
   }
 }
@@ -145,10 +153,10 @@ struct Tensors {
 
 void tensors_of(const Launch& launch, const OpClass& op, Tensors& t) {
   const LaunchOperands& given = launch.operands;
-  for (const at::Tensor* p : given.input_pointers) t.inputs.push_back(p);
-  for (const at::Tensor& p : given.inputs) t.inputs.push_back(&p);
+  for (const at::Tensor* p : given.input_pointers) add(t.inputs, *p);
+  for (const at::Tensor& p : given.inputs) add(t.inputs, p);
   for (const c10::IValue& value : given.arguments) each_tensor(value, t.inputs);
-  for (const at::Tensor& p : given.outputs) t.outputs.push_back(&p);
+  for (const at::Tensor& p : given.outputs) add(t.outputs, p);
   for (const c10::IValue& value : given.results) each_tensor(value, t.outputs);
   if (op.out_variant && !t.outputs.empty()) {  // out= operands are written, not read
     auto written = [&](const at::Tensor* input) {
