@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 
 #include "HostWait.h"
 #include "NeuronLogging.h"
@@ -70,10 +71,24 @@ void use_kernel_threads(const neuron_rt::Stream& stream, int threads) {  // Note
 // ---- the seam -----------------------------------------------------------------------------
 
 namespace detail {
-std::atomic<LaunchObserver*> launch_observer{nullptr};
-}
+std::atomic<bool> launch_observed{false};
+std::array<std::atomic<LaunchObserver*>, kLaunchObserverSlots> launch_observers{};
 
-void set_launch_observer(LaunchObserver* observer) { detail::launch_observer.store(observer, std::memory_order_release); }
+void notify_launch_observers(const Launch& launch) {
+  for (auto& slot : launch_observers) {
+    if (LaunchObserver* observer = slot.load(std::memory_order_acquire)) observer->on_launch(launch);
+  }
+}
+}  // namespace detail
+
+void set_launch_observer(LaunchObserverSlot slot, LaunchObserver* observer) {
+  static std::mutex mutex;  // registrations are rare; the flag is recomputed under it
+  std::lock_guard<std::mutex> lock(mutex);
+  detail::launch_observers[size_t(slot)].store(observer, std::memory_order_release);
+  bool any = false;
+  for (auto& entry : detail::launch_observers) any |= entry.load(std::memory_order_relaxed) != nullptr;
+  detail::launch_observed.store(any, std::memory_order_release);
+}
 
 namespace {
 class Counter final : public LaunchObserver {
@@ -93,7 +108,7 @@ void count_launches(bool on) {
   if (on) {
     for (auto& count : counter().counts_) count.store(0, std::memory_order_relaxed);
   }
-  set_launch_observer(on ? &counter() : nullptr);
+  set_launch_observer(LaunchObserverSlot::kCounter, on ? &counter() : nullptr);
 }
 
 std::array<uint64_t, kLaunchPaths> launch_counts() {

@@ -4,9 +4,12 @@
 // calling thread (an eager op on the direct or the generic path, a compiled program run inline),
 // work queued on the stream (an eager op or a program in asynchronous mode), a collective, a
 // copy. Each path calls note_launch() once per launch with what it is (path, name, device,
-// stream); observers registered here see every launch (counting for tests now; the device clock
-// and the profiler's device track hook in here, so they see what the device runs whichever path
-// runs it). The policy decides where work runs: launch-blocking (NEURON_LAUNCH_BLOCKING=1,
+// stream) and what it reads and writes (LaunchOperands: the tensors, so an observer can cost
+// it); observers registered here see every launch (the launch counts of tests, the device clock
+// (DeviceClock.h), later the profiler's device track), so they see what the device runs whichever
+// path runs it. A launch that runs at the call is noted after its kernel (its outputs are known
+// then; a kernel that throws is not a launch); a queued one when it is queued (its outputs
+// are preallocated). Both are on the launching thread, in issue order. The policy decides where work runs: launch-blocking (NEURON_LAUNCH_BLOCKING=1,
 // the default: at the call) or asynchronous (queued; Note [Small ops on an idle stream] says
 // which small ops still run at the call), with how many threads (Note [Kernel threads]).
 //
@@ -15,6 +18,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
 
 #include <array>
@@ -94,31 +98,77 @@ void use_kernel_threads(const neuron_rt::Stream& stream, int threads);
 
 // ---- the seam -----------------------------------------------------------------------------
 
+// What a launch reads and writes, as the call site has it (every part optional, all borrowed
+// for the duration of note_launch). Tensors may be undefined or on the CPU (scalars, the host
+// side of a copy). With no outputs given, an op whose name ends in '_' (in place) writes its
+// first input. Costs nothing to build: views of what the call site holds.
+struct LaunchOperands {
+  c10::ArrayRef<const at::Tensor*> input_pointers;  // tensor operands (variadic call sites)
+  c10::ArrayRef<at::Tensor> inputs;                 // tensor operands
+  c10::ArrayRef<c10::IValue> arguments;             // boxed arguments: their tensors and tensor lists
+  c10::ArrayRef<at::Tensor> outputs;                // results or written outputs
+  c10::ArrayRef<c10::IValue> results;               // boxed results: their tensors and tensor lists
+
+  static LaunchOperands of(c10::ArrayRef<const at::Tensor*> inputs, c10::ArrayRef<at::Tensor> outputs = {}) {
+    LaunchOperands operands;
+    operands.input_pointers = inputs;
+    operands.outputs = outputs;
+    return operands;
+  }
+  static LaunchOperands of_tensors(c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs = {}) {
+    LaunchOperands operands;
+    operands.inputs = inputs;
+    operands.outputs = outputs;
+    return operands;
+  }
+  static LaunchOperands boxed(c10::ArrayRef<c10::IValue> arguments, c10::ArrayRef<c10::IValue> results = {},
+                              c10::ArrayRef<at::Tensor> outputs = {}) {
+    LaunchOperands operands;
+    operands.arguments = arguments;
+    operands.results = results;
+    operands.outputs = outputs;
+    return operands;
+  }
+};
+// Pointers to a call site's tensor operands, for LaunchOperands::of.
+template <typename... Tensors>
+std::array<const at::Tensor*, sizeof...(Tensors)> operand_pointers(const Tensors&... tensors) {
+  return {&tensors...};
+}
+
 struct Launch {
   LaunchPath path;
-  const char* name;           // the op, program or collective
+  const char* name;           // the op ("aten::add.Tensor"), program or collective
   c10::DeviceIndex device;
   const neuron_rt::Stream* stream;  // the stream it is ordered on (nullptr: the current one; none for point-to-point transfers, which no stream orders)
+  const LaunchOperands& operands;
 };
 
-// Sees every launch, on the launching thread, when it is issued.
+// Sees every launch, on the launching thread, when it is issued (Note [Launches]).
 class LaunchObserver {
  public:
   virtual ~LaunchObserver() = default;
   virtual void on_launch(const Launch& launch) = 0;
 };
-// Registers `observer` (kept for the process; nullptr: none). One observer at a time.
-void set_launch_observer(LaunchObserver* observer);
+// The observers: one slot each, so the clock keeps running while a test counts launches.
+enum class LaunchObserverSlot : uint8_t { kCounter, kClock, kProfiler };
+constexpr int kLaunchObserverSlots = 3;
+// Registers `observer` in `slot` (kept for the process; nullptr empties the slot).
+void set_launch_observer(LaunchObserverSlot slot, LaunchObserver* observer);
 
 namespace detail {
-extern std::atomic<LaunchObserver*> launch_observer;
+extern std::atomic<bool> launch_observed;
+void notify_launch_observers(const Launch& launch);
 }
+// True when some observer is registered (a call site may skip gathering operands otherwise).
+inline bool launch_observed() { return detail::launch_observed.load(std::memory_order_relaxed); }
 // The seam: every launch path calls it once per launch (one relaxed load when nothing observes).
 inline void note_launch(LaunchPath path, const char* name, c10::DeviceIndex device,
-                        const neuron_rt::Stream* stream = nullptr) {
-  if (LaunchObserver* observer = detail::launch_observer.load(std::memory_order_acquire)) {
-    observer->on_launch(Launch{path, name, device, stream});
-  }
+                        const neuron_rt::Stream* stream = nullptr, const LaunchOperands& operands = {}) {
+  if (launch_observed()) detail::notify_launch_observers(Launch{path, name, device, stream, operands});
+}
+inline void note_launch(LaunchPath path, const char* name, c10::DeviceIndex device, const LaunchOperands& operands) {
+  note_launch(path, name, device, nullptr, operands);
 }
 
 // Tests: counts of launches per path while counting is on (an observer of this file's own).

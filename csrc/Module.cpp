@@ -9,6 +9,7 @@
 #include "NeuronAllocator.h"
 #include "NeuronCommon.h"
 #include "NeuronGenerator.h"
+#include "DeviceClock.h"
 #include "Dtype64.h"
 #include "OpTracking.h"
 #include "HostViews.h"
@@ -24,8 +25,9 @@ py::dict device_properties(int device) {
   const auto& topology = rt.topology();
   const auto& core = topology.visible[device];
   py::dict properties;
-  properties["name"] = "AWS " + std::string(topology.platform_name() == "trn1" ? "Trainium" : "Trainium2") +
-                       " NeuronCore (simulated)";
+  const std::string platform = topology.platform_name();
+  const char* chip = platform == "trn1" ? "Trainium" : platform == "trn3" ? "Trainium3" : "Trainium2";
+  properties["name"] = "AWS " + std::string(chip) + " NeuronCore (simulated)";
   properties["platform"] = topology.platform_name();
   properties["total_memory"] = core.hbm_bytes;
   properties["logical_nc_config"] = topology.logical_nc_config;
@@ -86,6 +88,10 @@ PYBIND11_MODULE(_C, m) {
     for (int i = 0; i < kLaunchPaths; ++i) result[names[i]] = counts[i];
     return result;
   });
+  // Note [Device clock] (DeviceClock.h).
+  m.def("_start_device_clock", &start_device_clock, py::arg("platform_file"));
+  m.def("_device_clock_on", &device_clock_on);
+  m.def("_device_time_ns", [](int device) { return device_time_ns(c10::DeviceIndex(device)); }, py::arg("device") = -1);
   m.def("_is_in_bad_fork", [] { return neuron_rt::Runtime::in_bad_fork(); });
   m.def("_is_initialized", [] { return neuron_rt::Runtime::initialized(); });
   m.def("_quiesce_for_exit", &quiesce_for_exit, py::call_guard<py::gil_scoped_release>(),

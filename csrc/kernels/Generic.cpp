@@ -201,7 +201,6 @@ torch::jit::Stack launch_on_host(const OpPlan& plan, const c10::OperatorHandle& 
 void run_inline(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin,
                 c10::DeviceIndex device, bool drain) {
   if (drain) device = run_here_on(device);
-  note_launch(LaunchPath::kGeneric, plan.name.c_str(), device);
   const size_t num_arguments = stack->size() - begin;
   HostCall call;
   call.device = device;
@@ -246,6 +245,7 @@ void run_inline(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::S
       value = list_map(value, [&](const at::Tensor& t) { return call.to_device(t); });
     }
   }
+  note_launch(LaunchPath::kGeneric, plan.name.c_str(), device, LaunchOperands::boxed(originals, results));
   stack->resize(begin);
   stack->insert(stack->end(), results.begin(), results.end());
 }
@@ -332,7 +332,8 @@ void enqueue(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stac
   torch::jit::Stack args = host_arguments(plan, arguments, num_arguments, call, device);
   std::vector<at::Tensor> output_views;
   for (const at::Tensor& out : new_outputs) output_views.push_back(call.to_host(out));
-  note_launch(LaunchPath::kQueued, plan.name.c_str(), device);
+  note_launch(LaunchPath::kQueued, plan.name.c_str(), device,
+              LaunchOperands::boxed(c10::ArrayRef<c10::IValue>(arguments, num_arguments), results));
   enqueue_views(call, [&plan, op, args = std::move(args), output_views = std::move(output_views), device]() mutable {
     launch_on_host(plan, op, std::move(args), output_views, device);
   });

@@ -53,13 +53,14 @@ at::Tensor run_direct(const char* name, Functional functional, const Tensors&...
   (check.add(inputs, name), ...);
   HostCall call;
   call.device = check.device >= 0 ? check.device : c10::DeviceIndex(runtime().current_device());
-  note_launch(LaunchPath::kDirect, name, call.device);
   at::Tensor result;
   {
     AllocationRedirect redirect(call.device);
     result = functional(call.to_host(inputs)...);
   }
-  return call.to_device(result);
+  result = call.to_device(result);
+  note_launch(LaunchPath::kDirect, name, call.device, LaunchOperands::of(operand_pointers(inputs...), result));
+  return result;
 }
 
 // The out= kernel writes into the host view of `out`, whose device tensor then takes the
@@ -71,13 +72,13 @@ at::Tensor& run_direct_out(const char* name, at::Tensor& out, Kernel kernel, con
   check.add(out, name);
   HostCall call;
   call.device = check.device >= 0 ? check.device : c10::DeviceIndex(runtime().current_device());
-  note_launch(LaunchPath::kDirect, name, call.device);
   at::Tensor out_view = call.to_host(out);
   {
     AllocationRedirect redirect(call.device);
     kernel(out_view, call.to_host(inputs)...);
   }
   call.sync_argument(out, out_view);
+  note_launch(LaunchPath::kDirect, name, call.device, LaunchOperands::of(operand_pointers(inputs...), out));
   return out;
 }
 
@@ -208,7 +209,6 @@ at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
       for (const at::Tensor& tensor : list) check.add(tensor, "aten::cat");
       HostCall call;
       call.device = run_here_on(check.device);
-      note_launch(LaunchPath::kDirect, "aten::cat", call.device);
       std::vector<at::Tensor> views;
       for (const at::Tensor& tensor : list) views.push_back(call.to_host(tensor));
       at::Tensor result;
@@ -216,7 +216,9 @@ at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
         AllocationRedirect redirect(call.device);
         result = direct::cat(views, dim);
       }
-      return call.to_device(result);
+      result = call.to_device(result);
+      note_launch(LaunchPath::kDirect, "aten::cat", call.device, LaunchOperands::of_tensors(list, result));
+      return result;
     }
     return run_generic(op, list, dim);
   });
@@ -240,7 +242,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
     if (runtime().launch_blocking()) {
       HostCall call;
       call.device = self.device().index();
-      note_launch(LaunchPath::kDirect, "aten::fill_", call.device);
+      note_launch(LaunchPath::kDirect, "aten::fill_", call.device, LaunchOperands::of_tensors({}, self));
       at::Tensor view = call.to_host(self);
       direct::fill_(view, value);
       return self;
@@ -340,7 +342,6 @@ at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& 
       check.add(out, "aten::cat.out");
       HostCall call;
       call.device = run_here_on(check.device);
-      note_launch(LaunchPath::kDirect, "aten::cat.out", call.device);
       std::vector<at::Tensor> views;
       for (const at::Tensor& tensor : list) views.push_back(call.to_host(tensor));
       at::Tensor out_view = call.to_host(out);
@@ -349,6 +350,7 @@ at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& 
         direct::cat_out(out_view, views, dim);
       }
       call.sync_argument(out, out_view);
+      note_launch(LaunchPath::kDirect, "aten::cat.out", call.device, LaunchOperands::of_tensors(list, out));
       return out;
     }
     run_generic_stack(op, list, dim, out);

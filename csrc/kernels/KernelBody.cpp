@@ -115,7 +115,6 @@ std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tenso
   if (!queue) {
     HostCall call;
     call.device = run_here_on(device);
-    note_launch(LaunchPath::kDirect, name, call.device);
     std::vector<at::Tensor> views;
     for (const at::Tensor& t : inputs) views.push_back(call.to_host(t));
     std::vector<at::Tensor> results;
@@ -124,6 +123,7 @@ std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tenso
       results = body(views);
     }
     for (at::Tensor& result : results) result = call.to_device(result);
+    note_launch(LaunchPath::kDirect, name, call.device, LaunchOperands::of_tensors(inputs, results));
     if (asynchronous() && !verdict && !meta_results.empty()) {  // the first call: compare with the meta results
       bool same = meta_results.size() == results.size();
       for (size_t i = 0; i < results.size() && same; ++i) {
@@ -148,7 +148,7 @@ std::vector<at::Tensor> run_kernel(const char* name, const std::vector<at::Tenso
                                   : at::Tensor());
     output_views.push_back(call.to_host(outputs.back()));
   }
-  note_launch(LaunchPath::kQueued, name, device);
+  note_launch(LaunchPath::kQueued, name, device, LaunchOperands::of_tensors(inputs, outputs));
   enqueue_views(call, [body, input_views, output_views]() mutable {
     std::vector<at::Tensor> results = body(input_views);
     for (size_t i = 0; i < results.size(); ++i) {

@@ -111,7 +111,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   at::assert_no_internal_overlap(dst);
   at::assert_no_partial_overlap(dst, self);
   // One launch per copy, whichever way below it is made (Note [Launches]).
-  note_launch(LaunchPath::kCopy, "aten::copy_", to_device ? dst.device().index() : self.device().index());
+  note_launch(LaunchPath::kCopy, "aten::copy_", to_device ? dst.device().index() : self.device().index(),
+              LaunchOperands::of_tensors(self, dst));
   const bool plain = self.dtype() == dst.dtype() && self.is_contiguous() && dst.is_contiguous() &&
                      self.sizes() == dst.sizes() && self.is_conj() == dst.is_conj() &&
                      self.is_neg() == dst.is_neg();

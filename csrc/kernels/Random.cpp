@@ -96,11 +96,11 @@ void draw(const char* name, const std::vector<at::Tensor>& operands, const Gener
     bytes += bytes_of(t);
   }
   if (!asynchronous() || runs_at_call_when_idle(bytes, device)) {
-    note_launch(LaunchPath::kDirect, name, device);
     body(views, draws);
+    note_launch(LaunchPath::kDirect, name, device, LaunchOperands::of_tensors(c10::ArrayRef<at::Tensor>(operands).slice(1), out));
     return;
   }
-  note_launch(LaunchPath::kQueued, name, device);
+  note_launch(LaunchPath::kQueued, name, device, LaunchOperands::of_tensors(c10::ArrayRef<at::Tensor>(operands).slice(1), out));
   enqueue_views(call, [body = std::move(body), views, draws]() { body(views, draws); });
 }
 

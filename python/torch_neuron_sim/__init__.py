@@ -25,6 +25,8 @@ from . import op_set as _op_set
 from .op_set import FILE as _OP_SET_FILE, read as _read_op_set  # noqa: F401  (tests/test_op_tracking.py reads with them)
 
 _C._set_torchneuron_op_set(*_op_set.sections())
+# Note [Device clock]: the platforms' constants, each with its source; NEURON_SIM_DEVICE_CLOCK=0 turns it off.
+_C._start_device_clock(os.path.join(os.path.dirname(__file__), "data", "platforms.toml"))
 
 from . import compile as _compile  # noqa: E402
 
