@@ -35,7 +35,7 @@ conformance: build
 	$(PY) -m conformance.arch_sweep --output COMPAT.md $(if $(ONLY),--only $(ONLY))
 
 # The README's neuron-migrate summary and docs/neuron-migrate-report.png, made again from a run of
-# the demo workload (tests/test_migrate_readme.py fails when the README's summary is stale).
+# the demo workload (tests/migrate/test_migrate_readme.py fails when the README's summary is stale).
 # Chromium renders the report's HTML page; installed here when missing (only docs need it).
 docs: build
 	@dpkg -s chromium 2>/dev/null | grep -q '^Status: install ok installed' || { \
@@ -143,19 +143,21 @@ test-distributed: build
 # The suites whose bfloat16 results go through the CPU's matmul kernels, again as on other CPUs
 # (README "Supported CPUs"): oneDNN limited to AVX2 (no AVX-512: the small-matmul kernel does not
 # run, every product is at::mm's) and to AVX512_CORE_BF16 (AVX-512 with BF16, no AMX: the
-# kernel's direct form, whatever this machine has). CI runs it.
-CPU_VARIANT_TESTS := tests/test_small_matmul.py tests/test_matmul_review.py tests/test_compile.py \
-	tests/test_compile_fusion.py tests/test_compile_generate.py tests/test_generate.py tests/test_autograd_amp.py \
-	tests/test_rnn.py
+# kernel's direct form, whatever this machine has), with the small-matmul repros of
+# tests/kernels/regressions/ (marker small_matmul). CI runs it.
+CPU_VARIANT_TESTS := tests/kernels/test_small_matmul.py tests/compile/test_compile.py \
+	tests/compile/test_compile_fusion.py tests/compile/test_compile_generate.py tests/device/test_generate.py \
+	tests/device/test_autograd_amp.py tests/kernels/test_rnn.py
 test-cpu-variants: build
 	for isa in AVX2 AVX512_CORE_BF16; do \
 	  echo "== ONEDNN_MAX_CPU_ISA=$$isa"; \
-	  ONEDNN_MAX_CPU_ISA=$$isa $(PY) -m pytest -q -rs $(XDIST) $(CPU_VARIANT_TESTS) || exit 1; done
+	  ONEDNN_MAX_CPU_ISA=$$isa $(PY) -m pytest -q -rs $(XDIST) $(CPU_VARIANT_TESTS) || exit 1; \
+	  ONEDNN_MAX_CPU_ISA=$$isa $(PY) -m pytest -q -rs $(XDIST) -m small_matmul tests/kernels/test_kernel_regressions.py || exit 1; done
 
 # A subset with device memory guarded (NEURON_SIM_MEMORY_GUARD=1: inaccessible outside
 # kernels and copies), in launch-blocking and asynchronous mode.
-GUARDED_TESTS := tests/test_ops.py tests/test_generate.py tests/test_autograd_amp.py tests/test_memory.py \
-	tests/test_serialization.py tests/test_streams.py tests/test_rng.py
+GUARDED_TESTS := tests/kernels/test_ops.py tests/device/test_generate.py tests/device/test_autograd_amp.py \
+	tests/device/test_memory.py tests/device/test_serialization.py tests/device/test_streams.py tests/kernels/test_rng.py
 test-python-guarded: build
 	NEURON_SIM_MEMORY_GUARD=1 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(GUARDED_TESTS)
 	NEURON_SIM_MEMORY_GUARD=1 NEURON_LAUNCH_BLOCKING=0 NEURON_SIM_INLINE_BYTES=0 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(GUARDED_TESTS)

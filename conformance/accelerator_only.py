@@ -18,7 +18,7 @@ nor a Composite* kernel; each is classified below:
 - "called directly": only an explicit call reaches it (private APIs, CUDA-specific
   features); neuron raises a NotImplementedError naming the op (no kernel).
 
-tests/test_accelerator_only.py checks that this table covers exactly the installed
+tests/kernels/test_accelerator_only.py checks that this table covers exactly the installed
 PyTorch's class, that every "kernel" op has a PrivateUse1 kernel, and that PyTorch's
 accelerator paths run on neuron. `section()` renders the table for COVERAGE.md.
 """
@@ -42,14 +42,14 @@ GROUPS = [
      "backward ops come from derivatives.yaml (`_thnn_fused_lstm_cell_backward` and the "
      "`_thnn_differentiable_*` backward ops are composite)",
      "csrc/kernels/Recurrent.cpp: CUDA's outputs and workspace layouts, float32 compute for "
-     "half/bfloat16; tests/test_rnn.py"),
+     "half/bfloat16; tests/kernels/test_rnn.py"),
     (KERNEL,
      ["batch_norm_stats", "batch_norm_elemt", "batch_norm_elemt.out", "batch_norm_gather_stats",
       "batch_norm_gather_stats_with_counts", "batch_norm_backward_reduce", "batch_norm_backward_elemt"],
      "nn.SyncBatchNorm (torch/nn/modules/batchnorm.py, _functions.py) in training with a process "
      "group of more than one rank, for \"cuda\", \"hpu\", \"xpu\" and the PrivateUse1 device",
      "csrc/kernels/AcceleratorOnly.cpp: CUDA's formulas and dtypes (statistics in float32 for "
-     "half/bfloat16); tests/test_accelerator_only.py runs SyncBatchNorm's autograd function over "
+     "half/bfloat16); tests/kernels/test_accelerator_only.py runs SyncBatchNorm's autograd function over "
      "a simulated two-rank group"),
     (KERNEL,
      ["record_stream"],
@@ -170,8 +170,8 @@ def section() -> list[str]:
            "calls (NotImplementedError naming the op). Under `torch.compile(backend=\"neuron\")` the "
            "ops with kernels are decomposed into the ops their kernels compute "
            "(`python/torch_neuron_sim/compile/decompositions.py`). Table: "
-           "`conformance/accelerator_only.py`; checks: `tests/test_accelerator_only.py`, "
-           "`tests/test_rnn.py`.\n",
+           "`conformance/accelerator_only.py`; checks: `tests/kernels/test_accelerator_only.py`, "
+           "`tests/kernels/test_rnn.py`.\n",
            "| ops | neuron | how PyTorch selects them | what neuron does |",
            "|---|---|---|---|"]
     for category, ops, selected, neuron in GROUPS:
@@ -182,8 +182,8 @@ def section() -> list[str]:
                "`enable_nested_tensor=True` with a padding mask) also runs on the PrivateUse1 device and "
                "builds a nested tensor (`_nested_tensor_from_mask`, which has a CPU kernel); nested "
                "tensors of the strided layout run on the zero-copy path with the CPU's nested kernels "
-               "(Note [Nested tensors] in `csrc/kernels/ZeroCopy.cpp`), so that path gives the CPU's "
-               "result (`tests/test_nested.py`). "
+               "(Note [Nested tensors] in `csrc/kernels/Nested.cpp`), so that path gives the CPU's "
+               "result (`tests/kernels/test_nested.py`). "
                "Found by the same survey and fixed: under a dispatch mode (an op census, for one) "
                "F.ctc_loss takes its composite path, `_ctc_loss.Tensor`, which CUDA runs with CPU length "
                "tensors (the usual way to pass them; cuDNN requires it); neuron refused them as a mix of "

@@ -35,7 +35,7 @@ Rules (also written into COVERAGE.md):
   compare only device, dtype and shape: the device draws from its own Philox generator, so its
   values are not CPU's (as CUDA's are not). RANDOM_OPS are checked as PyTorch's suite checks
   CUDA's: the forward run twice after `torch.neuron.manual_seed` gives the same values, and the
-  neuron runs leave the CPU's default generator as it was (tests/test_rng.py adds the
+  neuron runs leave the CPU's default generator as it was (tests/kernels/test_rng.py adds the
   distributions, the asynchronous and compiled paths).
 - Gradients: float32 samples with requires_grad=True; the loss is the sum of all floating
   outputs (after `output_process_fn_grad`) that require grad, a complex output counting
@@ -46,7 +46,7 @@ Rules (also written into COVERAGE.md):
   first failing sample (its message is kept, one line); it is not-run when no sample ran
   on CPU. A (op, dtype) pair fails if any variant fails, passes if at least one variant
   ran and all that ran passed, and is not-run otherwise.
-- 64-bit dtypes (Note [64-bit as 32-bit] in csrc/kernels/ZeroCopy.h): the device stores
+- 64-bit dtypes (Note [64-bit as 32-bit] in csrc/Dtype64.h): the device stores
   float64 / int64 but computes them in 32 bits, by default. So float64 results are compared
   with float32's tolerances, and a failing sample is run again with the device computing in
   64 bits: if it then passes, the difference is not a failure but its own class, `64-bit`
@@ -125,7 +125,7 @@ RANDOM_NOTE = (
     "compare device, dtype and shape, and (the ops of RANDOM_OPS) that two forwards after "
     "`torch.neuron.manual_seed` draw the same values and leave the CPU's default generator as it was. "
     "Distributions, seeding and determinism on every path (eager, asynchronous, compiled) are "
-    "tests/test_rng.py's, as PyTorch's own suite checks CUDA's.")
+    "tests/kernels/test_rng.py's, as PyTorch's own suite checks CUDA's.")
 
 # Ops not run at all, with the reason. Only for ops observed to hang or to take
 # unreasonably long on CPU itself (none so far).

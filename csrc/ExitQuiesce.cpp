@@ -24,12 +24,12 @@ namespace {
 // PR 180701). Dropping it decrefs the object: it waits for the GIL. If Python starts finalizing
 // first, taking the GIL ends the thread (pthread_exit) while it unwinds through a noexcept
 // destructor: std::terminate, "terminate called without an active exception" (make
-// test-distributed, tests/dist_review/06: about 1 process in 20; a compile training test
+// test-distributed, tests/distributed/regressions/ (a group freed after destroy_process_group): about 1 process in 20; a compile training test
 // in make test). CUDA has the same race; its device threads are just rarely this late.
 // The flush: a zero-size backward on each device index, from a fresh thread (its TLS holds no
 // Python object), with the GIL released. The device thread runs tasks one at a time, so once
 // this backward ends, whatever it was dropping before is dropped. It waits behind any backward
-// still running (a daemon thread's, which may never end: review 13, finding 1): after
+// still running (a daemon thread's, which may never end): after
 // kFlushLimit the exit goes on without it, as it did before the flush existed.
 constexpr std::chrono::seconds kFlushLimit{5};
 

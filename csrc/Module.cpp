@@ -9,9 +9,11 @@
 #include "NeuronAllocator.h"
 #include "NeuronCommon.h"
 #include "NeuronGenerator.h"
+#include "DeviceClock.h"
 #include "Dtype64.h"
 #include "OpTracking.h"
-#include "kernels/ZeroCopy.h"
+#include "HostViews.h"
+#include "Launch.h"
 #include "runtime/metrics.h"
 
 namespace torch_neuron {
@@ -23,8 +25,9 @@ py::dict device_properties(int device) {
   const auto& topology = rt.topology();
   const auto& core = topology.visible[device];
   py::dict properties;
-  properties["name"] = "AWS " + std::string(topology.platform_name() == "trn1" ? "Trainium" : "Trainium2") +
-                       " NeuronCore (simulated)";
+  const std::string platform = topology.platform_name();
+  const char* chip = platform == "trn1" ? "Trainium" : platform == "trn3" ? "Trainium3" : "Trainium2";
+  properties["name"] = "AWS " + std::string(chip) + " NeuronCore (simulated)";
   properties["platform"] = topology.platform_name();
   properties["total_memory"] = core.hbm_bytes;
   properties["logical_nc_config"] = topology.logical_nc_config;
@@ -76,6 +79,19 @@ PYBIND11_MODULE(_C, m) {
   install_redirecting_cpu_allocator();
   m.doc() = "torch-neuron-sim: bridge between PyTorch and the simulated Neuron runtime";
   m.def("_init", [] { runtime(); });
+  // Note [Launches]: tests count what passes the seam, per path.
+  m.def("_count_launches", &count_launches, py::arg("on"));
+  m.def("_launch_counts", [] {
+    static const char* names[kLaunchPaths] = {"direct", "generic", "queued", "program", "collective", "copy"};
+    const auto counts = launch_counts();
+    py::dict result;
+    for (int i = 0; i < kLaunchPaths; ++i) result[names[i]] = counts[i];
+    return result;
+  });
+  // Note [Device clock] (DeviceClock.h).
+  m.def("_start_device_clock", &start_device_clock, py::arg("platform_file"));
+  m.def("_device_clock_on", &device_clock_on);
+  m.def("_device_time_ns", [](int device) { return device_time_ns(c10::DeviceIndex(device)); }, py::arg("device") = -1);
   m.def("_is_in_bad_fork", [] { return neuron_rt::Runtime::in_bad_fork(); });
   m.def("_is_initialized", [] { return neuron_rt::Runtime::initialized(); });
   m.def("_quiesce_for_exit", &quiesce_for_exit, py::call_guard<py::gil_scoped_release>(),

@@ -32,21 +32,6 @@ void neuron_allocator_empty_cache() {
   neuron_rt::HostMemory::get().empty_cache();
 }
 
-neuron_rt::Stream& current_stream(c10::DeviceIndex device) {
-  auto& rt = runtime();
-  return NEURON_RT_CALL(rt.stream(device, rt.current_stream(device)));
-}
-
-void synchronize_stream(neuron_rt::Stream& stream) {
-  if (stream.query() && !stream.failure()) return;
-  if (log_enabled(LogLevel::kDebug)) {
-    const TrackedOp* op = current_op();
-    log(LogLevel::kDebug, "host waits for neuron:" + std::to_string(stream.device()) + " stream " +
-                              std::to_string(stream.id()) + (op ? " in " + op->name() : std::string()));
-  }
-  without_gil([&] { NEURON_RT_CALL(stream.synchronize()); });
-}
-
 namespace {
 
 // ---- device memory ---------------------------------------------------------------------------

@@ -28,27 +28,8 @@ namespace torch_neuron {
 
 inline neuron_rt::Runtime& runtime() { return NEURON_RT_CALL(neuron_rt::Runtime::get()); }
 
-// The stream currently selected for `device` on this thread.
-neuron_rt::Stream& current_stream(c10::DeviceIndex device);
-// Waits for `stream` (with the GIL released when the caller holds it and must wait);
-// throws the stream's sticky error.
-void synchronize_stream(neuron_rt::Stream& stream);
-
-// Note [Kernel threads]: a queued kernel runs on the stream's worker thread, which shares the
-// machine's cores with the host thread (the simulated device has no cores of its own). While
-// the host runs Python, a kernel leaves it one core (`threads` - 1 OpenMP threads, at least
-// one); while the host is blocked waiting for the stream (Stream::host_waiting()), the kernel
-// takes all `threads`. `threads` is the setting of the thread that queued the kernel
-// (torch.set_num_threads; for backward kernels, autograd's device thread), read at enqueue
-// by kernel_threads_setting(); use_kernel_threads() applies it on the worker before the
-// kernel. Limits (review 7c): decided when the kernel starts (one that starts a moment before
-// the host blocks keeps the smaller count); MKL's matmuls keep MKL's own per-thread setting;
-// a host blocked in Event.synchronize() does not count. Seen by hand (demo model, bf16
-// decode, 2 cores, 2 threads; single runs): the host blocked 0.85 ms per token with every
-// queued kernel at the full count (the worker's OpenMP team and the host took turns on the
-// cores) and 0.29 ms with this rule.
-int kernel_threads_setting();
-void use_kernel_threads(const neuron_rt::Stream& stream, int threads);
+// The device type the simulated device registers as (renamed "neuron" from Python).
+constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 
 // The allocator of neuron device memory (a c10::DeviceAllocator).
 c10::Allocator* neuron_allocator();

@@ -2,8 +2,10 @@
 // events, synchronization. Contracts: c10/core/impl/DeviceGuardImplInterface.h.
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "DeviceClock.h"
 #include "HostWait.h"
 #include "NeuronAllocator.h"
+#include "Launch.h"
 #include "NeuronCommon.h"
 
 namespace torch_neuron {
@@ -86,6 +88,8 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     TORCH_CHECK(start && end, "Both events must be recorded before calculating elapsed time.");
+    // Note [Device clock]: predicted device time while the clock is on (NEURON_SIM_DEVICE_CLOCK).
+    if (device_clock_on()) return NEURON_RT_CALL(as_event(start)->device_elapsed_ms(*as_event(end)));
     return NEURON_RT_CALL(as_event(start)->elapsed_ms(*as_event(end)));
   }
   bool queryStream(const c10::Stream& stream) const override {

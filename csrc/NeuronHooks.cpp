@@ -5,6 +5,7 @@
 
 #include <c10/core/DeviceGuard.h>
 
+#include "Launch.h"
 #include "NeuronCommon.h"
 #include "NeuronAllocator.h"
 #include "NeuronGenerator.h"
@@ -69,6 +70,7 @@ void NeuronHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t new
   const size_t keep = std::min(old_bytes, new_bytes);
   if (keep > 0) {  // queued: the copy holds both buffers
     auto& stream = current_stream(storage.device().index());
+    note_launch(LaunchPath::kCopy, "storage resize", storage.device().index(), &stream);
     NEURON_RT_CALL(neuron_rt::copy_device_to_device(stream, neuron_rt::BufferRef::share(buffer_of(fresh)), 0,
                                                     buffer_ref_of(storage), 0, keep, /*blocking=*/false));
   }

@@ -11,7 +11,7 @@
 //    as the real functions return them.
 //  - How did the simulator compute it? With a kernel of ours ("hot": Hot.cpp, Minimal.cpp,
 //    Accelerator.cpp, Recurrent.cpp, AcceleratorOnly.cpp) or through the generic zero-copy
-//    path ("generic", ZeroCopy.cpp). Both run on device memory; this is an internal report
+//    path ("generic", kernels/Generic.cpp). Both run on device memory; this is an internal report
 //    (torch_neuron_sim.get_op_counts()).
 //
 // Logging follows the real package: tracked silently by default; with

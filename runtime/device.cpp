@@ -173,4 +173,11 @@ void Runtime::synchronize(int device, bool communication) {
   if (first_failure) std::rethrow_exception(first_failure);
 }
 
+uint64_t Runtime::device_time_ns(int device) {
+  check_device(device);
+  uint64_t latest = 0;
+  for (auto& stream : devices_[device]->streams) latest = std::max(latest, stream->timeline().now_ns());
+  return latest;
+}
+
 }  // namespace neuron_rt

@@ -77,6 +77,9 @@ class Runtime {
   // Without `communication`, the communication streams are not waited for (their tasks wait
   // for peers: a generator's drain must not wait for another rank).
   void synchronize(int device = -1, bool communication = true);
+  // The predicted device time of `device` (Note [Device clock] in cost_model.h): the latest
+  // end among its streams' timelines, in nanoseconds. Never blocks.
+  uint64_t device_time_ns(int device);
 
  private:
   Runtime();

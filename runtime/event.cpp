@@ -16,6 +16,7 @@ void Event::record(Stream& stream) {
     version = ++state_->recorded_version;
     state_->device = stream.device();
     state_->stream = &stream;
+    state_->device_ns = stream.timeline().now_ns();
   }
   auto state = state_;
   stream.enqueue_marker([state, version](const std::string* failure) {
@@ -36,6 +37,7 @@ void Event::wait(Stream& stream) const {
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     version = state_->recorded_version;
+    stream.timeline().wait_until(state_->device_ns);  // issue order, whether or not the event is done
     if (state_->completed_version >= version && state_->failure.empty()) return;  // already done
   }
   auto state = state_;
@@ -103,7 +105,7 @@ int Event::device() const {
   return state_->device;
 }
 
-double Event::elapsed_ms(const Event& end) const {
+void Event::check_timed(const Event& end) const {
   if (!recorded() || !end.recorded()) {
     throw Error(ErrorCode::kInvalidArgument,
                 "elapsed time needs both events recorded first (call record() on each)");
@@ -112,6 +114,20 @@ double Event::elapsed_ms(const Event& end) const {
     throw Error(ErrorCode::kInvalidArgument,
                 "elapsed time needs both events completed; synchronize the end event first");
   }
+}
+
+uint64_t Event::device_time_ns() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->device_ns;
+}
+
+double Event::device_elapsed_ms(const Event& end) const {
+  check_timed(end);
+  return (double(end.device_time_ns()) - double(device_time_ns())) / 1e6;
+}
+
+double Event::elapsed_ms(const Event& end) const {
+  check_timed(end);
   std::chrono::steady_clock::time_point start_time, end_time;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);

@@ -2,8 +2,11 @@
 //
 // Equivalent to: cudaEvent_t, with the failure propagation of IREE's semaphores. Each
 // record() starts a new version; query(), synchronize() and wait() refer to the latest
-// version recorded. An event never recorded counts as done. Timing is always on (host
-// steady clock, at the time the stream reaches the marker).
+// version recorded. An event never recorded counts as done. Timing is always on, in two
+// clocks: the host's steady clock at the time the stream reaches the marker (elapsed_ms), and
+// the stream's predicted device time when the record is issued (device_elapsed_ms; Note
+// [Device clock] in cost_model.h). wait() also orders the device timelines: the waiting
+// stream's later work starts no earlier than the event's device time.
 //
 // Failure: an event recorded on a failed stream (Note [Sticky stream errors] in stream.h)
 // completes in a failed state carrying the stream's message: synchronize() and query()
@@ -40,6 +43,10 @@ class Event {
   bool wait_for(std::chrono::milliseconds timeout) const;
   // Milliseconds from this event to `end`; both must be recorded and done.
   double elapsed_ms(const Event& end) const;
+  // The same on the predicted device clock: the device time between the two records.
+  double device_elapsed_ms(const Event& end) const;
+  // The device time of the latest record (0 when never recorded), in nanoseconds.
+  uint64_t device_time_ns() const;
   bool recorded() const;
   int device() const;
 
@@ -53,7 +60,9 @@ class Event {
     int device = -1;
     Stream* stream = nullptr;  // the stream of the latest record
     std::chrono::steady_clock::time_point time;
+    uint64_t device_ns = 0;  // the recording stream's device time when the latest record was issued
   };
+  void check_timed(const Event& end) const;
   void throw_if_failed_locked(uint64_t version) const;
   std::shared_ptr<State> state_;
 };

@@ -44,6 +44,8 @@
 #include <string>
 #include <thread>
 
+#include "timeline.h"
+
 namespace neuron_rt {
 
 // The failure state shared by the streams of one device.
@@ -103,6 +105,10 @@ class Stream {
 
   int device() const { return device_; }
   int id() const { return id_; }
+  // The predicted device time of this stream's work (Note [Device clock] in cost_model.h):
+  // advanced by the clock at each launch's issue, not by running it (so also through a const
+  // stream: the timeline annotates the stream, it is not its state).
+  Timeline& timeline() const { return timeline_; }
   bool launch_blocking() const { return launch_blocking_; }
   // How long an idle worker polls its queue before it sleeps (Runtime sets it before any
   // work; see stream.cpp, kIdlePoll).
@@ -151,6 +157,7 @@ class Stream {
   std::atomic<bool> aborted_{false};
   bool stopping_ = false;   // guarded by mutex_
   std::thread worker_;      // started on the first asynchronous enqueue
+  mutable Timeline timeline_;
 };
 
 }  // namespace neuron_rt

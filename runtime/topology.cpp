@@ -86,7 +86,7 @@ int Topology::total_logical_cores() const {
 }
 
 std::string Topology::platform_name() const {
-  return platform == Platform::kTrn1 ? "trn1" : "trn2";
+  return platform == Platform::kTrn1 ? "trn1" : platform == Platform::kTrn3 ? "trn3" : "trn2";
 }
 
 Topology Topology::make(Platform platform, int chips, int logical_nc_config,
@@ -109,7 +109,8 @@ Topology Topology::make(Platform platform, int chips, int logical_nc_config,
   }
   topology.logical_nc_config = logical_nc_config;
   const int physical_per_chip = platform == Platform::kTrn1 ? 2 : 8;
-  const uint64_t hbm_per_physical = platform == Platform::kTrn1 ? 16 * kGiB : 12 * kGiB;
+  const uint64_t hbm_per_physical =
+      platform == Platform::kTrn1 ? 16 * kGiB : platform == Platform::kTrn3 ? 18 * kGiB : 12 * kGiB;
   const int total = topology.total_logical_cores();
   std::vector<int> indices;
   if (visible_cores.empty()) {
@@ -135,9 +136,11 @@ Topology Topology::from_environment(const std::map<std::string, std::string>* en
   Platform platform = Platform::kTrn2;
   if (platform_text == "trn1") {
     platform = Platform::kTrn1;
+  } else if (platform_text == "trn3") {
+    platform = Platform::kTrn3;
   } else if (!platform_text.empty() && platform_text != "trn2") {
     throw Error(ErrorCode::kInvalidArgument,
-                "NEURON_SIM_PLATFORM='" + platform_text + "' is unknown; use trn1 or trn2");
+                "NEURON_SIM_PLATFORM='" + platform_text + "' is unknown; use trn1, trn2 or trn3");
   }
   std::string chips_text = get_setting(env, "NEURON_SIM_CHIPS");
   int chips = chips_text.empty() ? 1 : int(parse_int(chips_text, "NEURON_SIM_CHIPS"));

@@ -5,11 +5,13 @@
 //   trn1: 2 NeuronCores per chip, 16 GiB HBM each, LNC=1 only.
 //   trn2: 8 physical NeuronCores per chip and 96 GiB HBM; LNC=2 (default) groups
 //         them into 4 logical cores of 24 GiB, LNC=1 gives 8 cores of 12 GiB.
+//   trn3: 8 physical NeuronCores per chip and 144 GiB HBM; LNC=2 (default) gives 4 logical
+//         cores of 36 GiB, LNC=1 8 cores of 18 GiB.
 //
 // Settings (read once, when the runtime starts):
-//   NEURON_SIM_PLATFORM       trn1 | trn2                    (default trn2)
+//   NEURON_SIM_PLATFORM       trn1 | trn2 | trn3             (default trn2)
 //   NEURON_SIM_CHIPS          number of chips                (default 1)
-//   NEURON_LOGICAL_NC_CONFIG  1 | 2                          (default: 2 on trn2, 1 on trn1)
+//   NEURON_LOGICAL_NC_CONFIG  1 | 2                          (default: 2 on trn2/trn3, 1 on trn1)
 //   NEURON_RT_VISIBLE_CORES   "2", "0-3", "0,2,5"            (default: all)
 //   NEURON_SIM_HBM_BYTES_PER_CORE  override of the per-core budget (for tests)
 #pragma once
@@ -21,7 +23,7 @@
 
 namespace neuron_rt {
 
-enum class Platform { kTrn1, kTrn2 };
+enum class Platform { kTrn1, kTrn2, kTrn3 };
 
 struct LogicalCore {
   int global_index;         // index among all logical cores of the instance
@@ -38,7 +40,7 @@ struct Topology {
   std::vector<LogicalCore> visible;  // device index i is visible[i]
 
   int total_logical_cores() const;
-  std::string platform_name() const;  // "trn1" / "trn2"
+  std::string platform_name() const;  // "trn1" / "trn2" / "trn3"
 
   // Builds a topology; throws Error(kInvalidArgument) naming the bad setting.
   static Topology make(Platform platform, int chips, int logical_nc_config,

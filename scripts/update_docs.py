@@ -1,6 +1,6 @@
 """`make docs`: the README's neuron-migrate summary and docs/neuron-migrate-report.png, made again
 from a run of the demo workload (the folder `neuron-migrate run` wrote), so that they show what the
-current code prints. tests/test_migrate_readme.py fails when the README's summary no longer has the
+current code prints. tests/migrate/test_migrate_readme.py fails when the README's summary no longer has the
 shape a fresh run prints (numbers aside).
 
     python scripts/update_docs.py build/neuron-migrate-demo

@@ -20,6 +20,12 @@ def run_python(code, env=None, timeout=120):
 
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+# Helpers shared by several feature folders (tiny_models.py) live here, beside this file; a
+# feature's own helpers live in its folder, which pytest puts on sys.path for that folder's
+# files (the default "prepend" import mode, no __init__.py: every basename must be unique).
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
 
 # Set in a run of a test file under every_op_queued(): the file's own re-run test skips.
 QUEUED_RUN = os.environ.get("NEURON_LAUNCH_BLOCKING") == "0" and os.environ.get("NEURON_SIM_INLINE_BYTES") == "0"
@@ -34,9 +40,10 @@ def every_op_queued(test_file):
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
-def review_repros(folder):
-    """The repro scripts a review left in tests/<folder>/ (kept as regression tests)."""
-    return sorted(f for f in os.listdir(os.path.join(TESTS, folder)) if f.endswith(".py") and not f.startswith("_"))
+def regression_scripts(folder):
+    """The repro scripts in `folder` (a feature's regressions/), by name; files starting with
+    "_" are their helpers."""
+    return sorted(f for f in os.listdir(folder) if f.endswith(".py") and not f.startswith("_"))
 
 
 # A repro exits with this code when what it checks does not apply on this machine (a CPU
@@ -44,11 +51,13 @@ def review_repros(folder):
 NOT_APPLICABLE = 77
 
 
-def run_review_repro(folder, script, tmp_path):
-    """Runs tests/<folder>/<script> in its own process (a fresh program cache, offline), and
-    asserts it exits 0: its finding stays fixed (exit 77: skipped, with the reason it printed)."""
+def run_regression_script(path, tmp_path):
+    """Runs the repro script at `path` in its own process (a fresh program cache, offline, its
+    folder first on sys.path) and asserts it exits 0: the behaviour it checks holds (exit 77:
+    skipped, with the reason it printed)."""
+    script = os.path.basename(path)
     env = dict(os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"), HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, os.path.join(TESTS, folder, script)], cwd=str(tmp_path), env=env,
+    result = subprocess.run([sys.executable, path], cwd=str(tmp_path), env=env,
                             capture_output=True, text=True, timeout=600)
     if result.returncode == NOT_APPLICABLE:
         pytest.skip(f"{script}: " + (result.stdout.strip().splitlines() or ["not applicable here"])[-1])

@@ -1,12 +1,32 @@
-// _C bindings of compiled programs (Note [Programs], Note [Executing programs]): the
-// compiler (python/torch_neuron_sim/compile/) describes a program as a dict, which is
-// encoded here; programs run through ProgramExecutor; the cache is the runtime's.
+// _C bindings of compiled programs (Note [Programs], Note [Executing programs]).
+//
+// Note [The program schema in Python]
+// runtime/program.h defines the schema once; Python sees it only through these bindings:
+//  - the kinds are bound enums, _C.ProgramValueKind (ProgramValue::Kind) and
+//    _C.ProgramArgKind (ProgramArg::Kind), and the codes a kind's `integer` holds come from
+//    _C.scalar_type_code / layout_code / memory_format_code (c10's own codes), so no number
+//    of the format is written in Python;
+//  - the compiler (compile/lowering.py) describes a program as a dict whose keys are the
+//    members of ProgramDesc, ProgramNode and ProgramValue (a value's TensorSpec flattened into
+//    it: dtype, sizes, strides, offset), each argument a tuple of ProgramArg's members in
+//    order (kind, integer, real, list, reals, text); a kind is its enum or its number
+//    (hand-written and mutated programs in tests give numbers);
+//  - a program is loaded in one call: Program.from_desc(desc, device, cache, key) checks the
+//    description (Note [Program loader checks]), builds the executor from it, encodes it
+//    and stores it in the cache; Program.from_cache(cache, key, device) decodes the cached
+//    payload once and builds the executor from what it decoded. Both give back the
+//    executor, the payload's size and the sealed file (the cache artifact of
+//    torch.compiler.save_cache_artifacts); the description stays readable on the executor
+//    (metadata, describe(), payload()).
+// The remaining functions (encode_program, describe_program, seal_program, ...) are for tests
+// and tools that treat programs as data.
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
 #include "../NeuronCommon.h"
 #include "Executor.h"
 #include "Pointwise.h"
+#include "../kernels/DirectKernels.h"
 #include "../kernels/SmallMatmul.h"
 #include "runtime/program.h"
 #include "runtime/program_cache.h"
@@ -19,13 +39,22 @@ using neuron_rt::ProgramArg;
 using neuron_rt::ProgramDesc;
 using neuron_rt::ProgramValue;
 
+// A kind given as its bound enum or as its number (at most `last`).
+template <typename Kind>
+Kind kind_from(py::handle h, Kind last) {
+  if (py::isinstance<Kind>(h)) return h.cast<Kind>();
+  const int number = h.cast<int>();
+  if (number < 0 || number > int(last)) throw py::value_error("unknown program kind " + std::to_string(number));
+  return Kind(number);
+}
+
 ProgramDesc program_from_dict(const py::dict& d) {
   ProgramDesc p;
   p.name = d["name"].cast<std::string>();
   for (const auto& item : d["values"].cast<py::list>()) {
     auto v = item.cast<py::dict>();
     ProgramValue value;
-    value.kind = ProgramValue::Kind(v["kind"].cast<int>());
+    value.kind = kind_from(v["kind"], ProgramValue::Kind::kDynamic);
     value.index = v["index"].cast<int64_t>();
     value.bytes = v["bytes"].cast<uint64_t>();
     value.on_host = v["on_host"].cast<bool>();
@@ -44,7 +73,7 @@ ProgramDesc program_from_dict(const py::dict& d) {
     for (const auto& a : n["args"].cast<py::list>()) {
       auto t = a.cast<py::tuple>();
       ProgramArg arg;
-      arg.kind = ProgramArg::Kind(t[0].cast<int>());
+      arg.kind = kind_from(t[0], ProgramArg::Kind::kMemoryFormat);
       arg.integer = t[1].cast<int64_t>();
       arg.real = t[2].cast<double>();
       arg.list = t[3].cast<std::vector<int64_t>>();
@@ -61,7 +90,8 @@ ProgramDesc program_from_dict(const py::dict& d) {
   return p;
 }
 
-// The inverse of program_from_dict (tests mutate programs as dicts).
+// The inverse of program_from_dict, kinds as numbers (tests mutate programs as dicts, and an
+// unchecked program may hold a number no enum names).
 py::dict program_to_dict(const ProgramDesc& p) {
   py::dict d;
   d["name"] = p.name;
@@ -104,6 +134,12 @@ py::dict program_to_dict(const ProgramDesc& p) {
   return d;
 }
 
+py::dict metadata_of(const ProgramDesc& p) {
+  py::dict metadata;
+  for (const auto& [k, v] : p.metadata) metadata[py::str(k)] = v;
+  return metadata;
+}
+
 py::dict summary(const ProgramDesc& p) {
   py::dict d;
   d["name"] = p.name;
@@ -116,10 +152,15 @@ py::dict summary(const ProgramDesc& p) {
   py::list ops;
   for (const auto& node : p.nodes) ops.append(node.op);
   d["ops"] = ops;
-  py::dict metadata;
-  for (const auto& [k, v] : p.metadata) metadata[py::str(k)] = v;
-  d["metadata"] = metadata;
+  d["metadata"] = metadata_of(p);
   return d;
+}
+
+// What Program.from_desc / from_cache give back: (executor, payload bytes, sealed file or None).
+py::tuple loaded(ProgramDesc desc, int device, const std::string& payload, const std::string& key) {
+  auto executor = std::make_shared<ProgramExecutor>(std::move(desc), static_cast<c10::DeviceIndex>(device));
+  py::object sealed = key.empty() ? py::object(py::none()) : py::object(py::bytes(neuron_rt::seal_program(key, payload)));
+  return py::make_tuple(std::move(executor), payload.size(), std::move(sealed));
 }
 
 }  // namespace
@@ -127,7 +168,32 @@ py::dict summary(const ProgramDesc& p) {
 void bind_programs(py::module& m) {
   m.def("program_profile", &program_profile, py::arg("reset") = false,
         "NEURON_SIM_PROGRAM_PROFILE=1: [(op, calls, seconds)] summed over the steps of every program run");
+  // Note [The program schema in Python]: the kinds, and the codes their integers hold.
+  py::enum_<ProgramValue::Kind>(m, "ProgramValueKind")
+      .value("INPUT", ProgramValue::Kind::kInput)
+      .value("CONSTANT", ProgramValue::Kind::kConstant)
+      .value("ARENA", ProgramValue::Kind::kArena)
+      .value("OUTPUT", ProgramValue::Kind::kOutput)
+      .value("VIEW", ProgramValue::Kind::kView)
+      .value("DYNAMIC", ProgramValue::Kind::kDynamic);
+  py::enum_<ProgramArg::Kind>(m, "ProgramArgKind")
+      .value("NONE", ProgramArg::Kind::kNone)
+      .value("VALUE", ProgramArg::Kind::kValue)
+      .value("INT", ProgramArg::Kind::kInt)
+      .value("DOUBLE", ProgramArg::Kind::kDouble)
+      .value("BOOL", ProgramArg::Kind::kBool)
+      .value("INT_LIST", ProgramArg::Kind::kIntList)
+      .value("DOUBLE_LIST", ProgramArg::Kind::kDoubleList)
+      .value("BOOL_LIST", ProgramArg::Kind::kBoolList)
+      .value("VALUE_LIST", ProgramArg::Kind::kValueList)
+      .value("STRING", ProgramArg::Kind::kString)
+      .value("DEVICE", ProgramArg::Kind::kDevice)
+      .value("SCALAR_TYPE", ProgramArg::Kind::kScalarType)
+      .value("LAYOUT", ProgramArg::Kind::kLayout)
+      .value("MEMORY_FORMAT", ProgramArg::Kind::kMemoryFormat);
   m.def("scalar_type_code", [](at::ScalarType type) { return int(type); });
+  m.def("layout_code", [](c10::Layout layout) { return int(layout); });
+  m.def("memory_format_code", [](at::MemoryFormat format) { return int(format); });
   // Runs a fused pointwise code on CPU tensors (tests compare it with ATen's kernels).
   m.def("run_pointwise", [](const at::Tensor& out, const std::vector<at::Tensor>& inputs,
                             const std::vector<int64_t>& code, const std::vector<double>& scalars) {
@@ -142,6 +208,17 @@ void bind_programs(py::module& m) {
   m.def("small_matmul_applies", &small_matmul_applies, py::arg("m"), py::arg("k"), py::arg("n"));
   m.def("small_matmul_calls", &small_matmul_calls);
   m.def("small_matmul_form", &small_matmul_form);
+  // Note [Direct kernels]: the table, and the ops the executor runs directly (tests compare them).
+  m.def("direct_ops", [] {
+    py::list table;
+    for (const DirectOp& op : direct_ops()) {
+      py::list eager;
+      for (const char* overload : op.eager) eager.append(overload);
+      table.append(py::make_tuple(op.op, eager, op.program, op.why_not));
+    }
+    return table;
+  });
+  m.def("program_direct_ops", &program_direct_ops);
   auto check_shapes = [](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const char* name) {
     TORCH_CHECK(out.device().is_cpu() && a.device().is_cpu() && b.device().is_cpu(), name, ": CPU tensors only");
     TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) && out.dim() == 2 && out.size(0) == a.size(0) &&
@@ -181,6 +258,29 @@ void bind_programs(py::module& m) {
              return std::make_shared<ProgramExecutor>(std::move(desc), static_cast<c10::DeviceIndex>(device));
            }),
            py::arg("payload"), py::arg("device"))
+      // Note [The program schema in Python]: a lowered program, loaded in one call. Checks it,
+      // builds the executor (which checks each argument against its op's schema), and only
+      // then encodes it and, given a cache, stores it under `key` (a program the executor
+      // refuses is never cached).
+      .def_static("from_desc",
+                  [](const py::dict& d, int device, std::shared_ptr<neuron_rt::ProgramCache> cache, const std::string& key) {
+                    ProgramDesc desc = program_from_dict(d);
+                    NEURON_RT_CALL(neuron_rt::check_program(desc));
+                    std::string payload = neuron_rt::encode_program(desc);
+                    py::tuple result = loaded(std::move(desc), device, payload, cache ? key : std::string());
+                    if (cache) cache->put(key, payload);
+                    return result;
+                  },
+                  py::arg("desc"), py::arg("device"), py::arg("cache") = nullptr, py::arg("key") = "")
+      // The program cached under `key`, decoded once, or None.
+      .def_static("from_cache",
+                  [](neuron_rt::ProgramCache& cache, const std::string& key, int device) -> py::object {
+                    auto payload = cache.get(key);
+                    if (!payload) return py::none();
+                    auto desc = NEURON_RT_CALL(neuron_rt::decode_program(*payload));
+                    return loaded(std::move(desc), device, *payload, key);
+                  },
+                  py::arg("cache"), py::arg("key"), py::arg("device"))
       // Without the GIL: run() may wait for another call of the program, or for a stream.
       .def("run", [](ProgramExecutor& self, const std::vector<at::Tensor>& inputs) { return self.run(inputs); },
            py::call_guard<py::gil_scoped_release>())
@@ -188,7 +288,12 @@ void bind_programs(py::module& m) {
       .def_property_readonly("calls", &ProgramExecutor::calls)
       .def_property_readonly("direct_nodes", &ProgramExecutor::direct_nodes)
       .def_property_readonly("dispatched_nodes", &ProgramExecutor::dispatched_nodes)
-      .def_property_readonly("arena_bytes", [](const ProgramExecutor& self) { return self.program().arena_bytes; });
+      .def_property_readonly("arena_bytes", [](const ProgramExecutor& self) { return self.program().arena_bytes; })
+      .def_property_readonly("metadata", [](const ProgramExecutor& self) { return metadata_of(self.program()); })
+      // What describe_program gives for its payload.
+      .def("describe", [](const ProgramExecutor& self) { return summary(self.program()); })
+      // Its payload, encoded again (debug dumps).
+      .def("payload", [](const ProgramExecutor& self) { return py::bytes(neuron_rt::encode_program(self.program())); });
 
   py::class_<neuron_rt::ProgramCache, std::shared_ptr<neuron_rt::ProgramCache>>(m, "ProgramCache")
       .def(py::init([](const std::string& directory, size_t max_entries, py::object report) {

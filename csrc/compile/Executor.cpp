@@ -1,5 +1,8 @@
 #include "Executor.h"
+#include "DirectSteps.h"
+#include "Step.h"
 #include "Pointwise.h"
+#include "../kernels/DirectKernels.h"
 #include "../kernels/SmallMatmul.h"
 
 #include <ATen/CPUFunctions.h>
@@ -20,7 +23,8 @@
 #include "../NeuronCommon.h"
 #include "../NeuronGenerator.h"
 #include "../kernels/Random.h"
-#include "../kernels/ZeroCopy.h"
+#include "../HostViews.h"
+#include "../Launch.h"
 
 namespace torch_neuron {
 
@@ -31,23 +35,6 @@ struct ProgramExecutor::RunState {
   std::vector<at::Tensor> values;  // host views of the values that change per call
 };
 
-struct ProgramExecutor::Step {
-  std::string name;
-  std::optional<c10::OperatorHandle> op;
-  torch::jit::Stack arguments;           // constants filled in; tensors filled per call
-  struct TensorSlot {
-    size_t position;
-    int list_index;  // -1: the argument itself; else an element of a tensor list
-    int value;       // -1: None (in an optional list)
-  };
-  std::vector<TensorSlot> tensors;
-  std::vector<size_t> generators;        // positions of Generator? arguments
-  std::vector<size_t> tensor_lists;      // positions of tensor-list arguments (rebuilt per call)
-  std::vector<int> outputs;              // value per return, -1 when unused
-  bool lend = false;                     // the single output's memory is lent to the kernel
-  // The direct path: an at::cpu::*_out kernel on the values (null: through the dispatcher).
-  std::function<void(const ProgramExecutor::Step&, const std::function<const at::Tensor&(int)>&)> direct;
-};
 
 namespace {
 
@@ -85,6 +72,15 @@ at::Tensor view_of(const at::Tensor& base, const neuron_rt::TensorSpec& spec) {
                                                           base.unsafeGetTensorImpl()->key_set(),
                                                           c10::scalarTypeToTypeMeta(scalar_type(spec.dtype)));
   tensor.unsafeGetTensorImpl()->set_sizes_and_strides(spec.sizes, spec.strides, spec.offset);
+  return tensor;
+}
+
+// Another TensorImpl with `t`'s storage and metadata, made without the dispatcher (the executor
+// is built while a compile's FakeTensorMode may be active).
+at::Tensor same_view(const at::Tensor& t) {
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(t.storage()), t.unsafeGetTensorImpl()->key_set(),
+                                                          t.dtype());
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   return tensor;
 }
 
@@ -211,109 +207,10 @@ void check_result(const at::Tensor& t, const std::string& op, const std::string&
 }
 
 using Get = std::function<const at::Tensor&(int)>;
-using Direct = std::function<void(const ProgramExecutor::Step&, const Get&)>;
 
-int value_at(const ProgramExecutor::Step& step, size_t position) {
-  for (const auto& slot : step.tensors) {
-    if (slot.position == position && slot.list_index < 0) return slot.value;
-  }
-  return -1;
-}
-
-// Direct kernels: ops whose structured CPU kernel has an out= form, called on the values.
-Direct direct_kernel(const std::string& name, const ProgramExecutor::Step& step) {
-  const int out = step.outputs.empty() ? -1 : step.outputs[0];
-  auto t = [&step](size_t position) { return value_at(step, position); };
-  const int a = t(0), b = t(1), c = t(2);
-  const auto& args = step.arguments;
-  // The kernels below read their tensor operands as values (a Python number where the schema
-  // has a tensor is not one: such a node takes the dispatcher).
-  const bool in_place = name == "aten::copy_" || name == "aten::index_copy_";
-  if (name != "aten::cat" && (a < 0 || (out < 0 && !in_place))) return nullptr;
-  if (name == "aten::mm" && b >= 0) return [=](const auto&, const Get& v) { at::cpu::mm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
-  if (name == "aten::bmm" && b >= 0) return [=](const auto&, const Get& v) { at::cpu::bmm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
-  if (name == "aten::addmm" && b >= 0 && c >= 0) {
-    const at::Scalar beta = args[3].toScalar(), alpha = args[4].toScalar();
-    return [=](const auto&, const Get& v) { at::cpu::addmm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), v(c), beta, alpha); };
-  }
-  // add/sub/mul/div: the second operand is a value, or a Python number (x * 0.125, x + eps)
-  // that build() made a wrapped-number tensor, as eager does (the tensor's dtype wins).
-  const bool number = a >= 0 && out >= 0 && b < 0 && args.size() > 1 && args[1].isTensor() &&
-                      args[1].toTensor().unsafeGetTensorImpl()->is_wrapped_number();
-  if ((b >= 0 || number) && (name == "aten::add.Tensor" || name == "aten::sub.Tensor" ||
-                             name == "aten::mul.Tensor" || name == "aten::div.Tensor")) {
-    const at::Tensor scalar = number ? args[1].toTensor() : at::Tensor();
-    auto second = [b, scalar](const Get& v) -> const at::Tensor& { return b >= 0 ? v(b) : scalar; };
-    if (name == "aten::add.Tensor" || name == "aten::sub.Tensor") {
-      const at::Scalar alpha = args[2].toScalar();
-      if (name == "aten::add.Tensor") {
-        return [=](const auto&, const Get& v) { at::cpu::add_out(const_cast<at::Tensor&>(v(out)), v(a), second(v), alpha); };
-      }
-      return [=](const auto&, const Get& v) { at::cpu::sub_out(const_cast<at::Tensor&>(v(out)), v(a), second(v), alpha); };
-    }
-    if (name == "aten::mul.Tensor") return [=](const auto&, const Get& v) { at::cpu::mul_out(const_cast<at::Tensor&>(v(out)), v(a), second(v)); };
-    return [=](const auto&, const Get& v) { at::cpu::div_out(const_cast<at::Tensor&>(v(out)), v(a), second(v)); };
-  }
-  if (name == "aten::neg") return [=](const auto&, const Get& v) { at::cpu::neg_out(const_cast<at::Tensor&>(v(out)), v(a)); };
-  if (name == "aten::rsqrt") return [=](const auto&, const Get& v) { at::cpu::rsqrt_out(const_cast<at::Tensor&>(v(out)), v(a)); };
-  if (name == "aten::silu") return [=](const auto&, const Get& v) { at::cpu::silu_out(const_cast<at::Tensor&>(v(out)), v(a)); };
-  if (name == "aten::cos") return [=](const auto&, const Get& v) { at::cpu::cos_out(const_cast<at::Tensor&>(v(out)), v(a)); };
-  if (name == "aten::sin") return [=](const auto&, const Get& v) { at::cpu::sin_out(const_cast<at::Tensor&>(v(out)), v(a)); };
-  if (name == "aten::pow.Tensor_Scalar") {
-    const at::Scalar exponent = args[1].toScalar();
-    return [=](const auto&, const Get& v) { at::cpu::pow_out(const_cast<at::Tensor&>(v(out)), v(a), exponent); };
-  }
-  if (name == "aten::mean.dim" && args[3].isNone()) {
-    const std::vector<int64_t> dims = args[1].isNone() ? std::vector<int64_t>{} : args[1].toIntVector();
-    const bool keepdim = args[2].toBool();
-    const bool all = args[1].isNone();
-    return [=](const auto&, const Get& v) {
-      at::cpu::mean_out(const_cast<at::Tensor&>(v(out)), v(a), all ? at::OptionalIntArrayRef() : at::OptionalIntArrayRef(dims),
-                        keepdim, std::nullopt);
-    };
-  }
-  if (name == "aten::_softmax") {
-    const int64_t dim = args[1].toInt();
-    const bool half = args[2].toBool();
-    return [=](const auto&, const Get& v) { at::cpu::_softmax_out(const_cast<at::Tensor&>(v(out)), v(a), dim, half); };
-  }
-  if (name == "aten::where.self" && b >= 0 && c >= 0) {
-    return [=](const auto&, const Get& v) { at::cpu::where_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), v(c)); };
-  }
-  if (name == "aten::clone" || name == "aten::_to_copy") {  // between values of the device: a (converting) copy
-    return [=](const auto&, const Get& v) { const_cast<at::Tensor&>(v(out)).copy_(v(a)); };
-  }
-  if (name == "aten::copy_" && b >= 0) {  // in place, into its first argument
-    return [=](const auto&, const Get& v) { const_cast<at::Tensor&>(v(a)).copy_(v(b)); };
-  }
-  if (name == "aten::index_copy_" && a >= 0 && c >= 0 && t(3) >= 0) {  // in place (a static KV cache's update)
-    const int64_t dim = args[1].toInt();
-    const int source = t(3);
-    return [=](const auto&, const Get& v) { at::cpu::index_copy_(const_cast<at::Tensor&>(v(a)), dim, v(c), v(source)); };
-  }
-  if (name == "aten::cat" && out >= 0) {  // its list, in order (rotary's rotate_half, the KV concatenations)
-    std::vector<int> parts;
-    for (const auto& slot : step.tensors) {
-      if (slot.position != 0 || slot.list_index < 0) continue;
-      if (slot.value < 0) return nullptr;
-      if (static_cast<size_t>(slot.list_index) >= parts.size()) parts.resize(slot.list_index + 1, -1);
-      parts[slot.list_index] = slot.value;
-    }
-    for (int part : parts) {
-      if (part < 0) return nullptr;
-    }
-    const int64_t dim = args[1].toInt();
-    return [=](const auto&, const Get& v) {
-      std::vector<at::Tensor> tensors;
-      tensors.reserve(parts.size());
-      for (int part : parts) tensors.push_back(v(part));
-      at::cpu::cat_out(const_cast<at::Tensor&>(v(out)), tensors, dim);
-    };
-  }
-  return nullptr;
-}
 
 }  // namespace
+
 
 ProgramExecutor::ProgramExecutor(neuron_rt::ProgramDesc program, c10::DeviceIndex device)
     : program_(std::move(program)), device_(device) {
@@ -475,12 +372,60 @@ void ProgramExecutor::build() {
           // small_matmul decides again per call (a cached lookup): the verdict is per intra-op
           // thread count, and a program may run on a stream's worker with another count
           // (Note [Kernel threads]), or with oneDNN turned off meanwhile.
-          step->direct = [=](const auto&, const Get& v) { small_matmul(const_cast<at::Tensor&>(v(out)), v(a), v(b)); };
+          step->direct = [=](const auto&, const Get& v) { direct::mm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), /*small=*/true); };
           step->name = "aten::mm (brgemm)";  // as the profile shows it
         }
       }
     }
+    for (int id : node.outputs) {
+      if (id >= 0 && !per_call_[id]) step->fixed_writes.push_back(id);
+    }
+    // ATen's schemas mark every argument an op writes (a!); an op of another library may not
+    // say: each fixed value it is given is checked.
+    const bool annotated = name.rfind("aten::", 0) == 0;
+    for (const auto& slot : step->tensors) {
+      const auto& alias = schema.arguments()[slot.position].alias_info();
+      if (slot.value >= 0 && !per_call_[slot.value] && (!annotated || (alias && alias->isWrite()))) {
+        step->fixed_writes.push_back(slot.value);
+      }
+    }
     steps_.push_back(std::move(step));
+  }
+  pristine_.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (fixed_[i].defined()) pristine_[i] = same_view(fixed_[i]);
+  }
+}
+
+// Note [Fixed values keep their metadata]
+// The host views of fixed values (the arena's values, constants and views of them) are built
+// once and handed to every call's kernels. A step may write a fixed value's bytes, never its
+// storage or metadata: a step that replaced them (set_, as_strided_, resize_, an out= kernel
+// resizing its output) would carry a pointer into one call's input into the next call, after
+// that input was freed. After each step that may change a fixed value in place (its outputs and
+// the arguments its schema marks as written), the value's storage, offset, sizes and strides are
+// compared with the ones it was built with (a few integers per such value; an op outside ATen,
+// whose schema may not mark what it writes, has every fixed value it is given checked); a
+// change restores the value and fails the call with what the step did, before any later step
+// can use it.
+void ProgramExecutor::check_fixed(const Step& step) {
+  for (int id : step.fixed_writes) {
+    const at::Tensor& now = fixed_[id];
+    const at::Tensor& built = pristine_[id];
+    const bool same = now.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl() ==
+                          built.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl() &&
+                      now.storage_offset() == built.storage_offset() && now.sizes() == built.sizes() &&
+                      now.strides() == built.strides() && now.scalar_type() == built.scalar_type();
+    if (same) continue;
+    const std::string was = c10::str(built.sizes(), " strides ", built.strides(), " offset ", built.storage_offset());
+    const bool moved = now.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl() !=
+                       built.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+    const std::string became = c10::str(now.sizes(), " strides ", now.strides(), " offset ", now.storage_offset(),
+                                        moved ? ", in another storage" : "");
+    fixed_[id] = same_view(built);
+    TORCH_CHECK(false, "program ", program_.name, ": step ", step.name, " replaced the storage or metadata of value ",
+                id, " (", was, " -> ", became, "), which lives in the program's own memory: a program may write ",
+                "a value's bytes, not change what it points at (the value is restored; the call is refused)");
   }
 }
 
@@ -562,8 +507,7 @@ void ProgramExecutor::execute(RunState& state) {
   // active on the calling thread must not see them (as it does not see a CUDA graph's
   // kernels). AOTAutograd runs each compiled function's first call under one
   // (_AnalyzeCustomOpInputOutputMode), which turned the wrapped number an ATen kernel passes
-  // to another (bitwise_and.Scalar -> .Tensor) into a Python int: `x & 0xFF` failed (review 14,
-  // finding 6); a user's FlopCounterMode would count host ops.
+  // to another (bitwise_and.Scalar -> .Tensor) into a Python int (`x & 0xFF` would fail); a user's FlopCounterMode would count host ops.
   c10::impl::ExcludeDispatchKeyGuard no_python(
       c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
   if (kProfileSteps) {
@@ -601,6 +545,7 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
     } timed{times, &step.name, start};
     if (step.direct) {
       step.direct(step, get);
+      if (!step.fixed_writes.empty()) check_fixed(step);
       continue;
     }
     torch::jit::Stack stack = step.arguments;
@@ -645,6 +590,7 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
         step.op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
       }
     }
+    if (!step.fixed_writes.empty()) check_fixed(step);
     if (stack.size() == 1 && stack[0].isTensorList()) {  // one Tensor[] return (_foreach_*, split...)
       auto list = stack[0].toTensorList();
       stack.clear();
@@ -697,6 +643,7 @@ std::vector<at::Tensor> ProgramExecutor::run(const std::vector<at::Tensor>& inpu
   std::vector<at::Tensor> outputs;
   c10::DeviceGuard guard(c10::Device(kNeuron, device_));
   bind_call(*state, inputs, outputs);
+  note_launch(LaunchPath::kProgram, program_.name.c_str(), device_, &stream);  // one launch per call
   if (rt.launch_blocking() || runs_inline_) {
     // Inline also in asynchronous mode when the program draws random numbers (draws happen in
     // program order with the host's, as eager random ops do), runs a non-ATen kernel (which

@@ -68,6 +68,7 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   void bind_call(RunState& state, const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs);
   void execute(RunState& state);
   void execute_steps(RunState& state, std::vector<std::pair<const std::string*, uint64_t>>* times);
+  void check_fixed(const Step& step);  // Note [Fixed values keep their metadata]
 
   neuron_rt::ProgramDesc program_;
   const c10::DeviceIndex device_;
@@ -77,6 +78,7 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   // Per value: its host view when it does not change between calls (arena, constants and
   // views of them), else undefined.
   std::vector<at::Tensor> fixed_;
+  std::vector<at::Tensor> pristine_;  // fixed_ as built (own TensorImpls): the reference and the restore
   std::vector<bool> per_call_;  // the value depends on a call's inputs or outputs
   std::vector<int> root_;       // the value whose storage a value uses (itself for roots)
   std::vector<std::unique_ptr<Step>> steps_;
@@ -85,5 +87,8 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   const void* arena_stream_ = nullptr;  // the stream of the last call (the arena's user)
   uint64_t arena_marker_ = 0;
 };
+
+// The ops a program step runs through their direct kernel (Note [Direct kernels]).
+std::vector<std::string> program_direct_ops();
 
 }  // namespace torch_neuron

@@ -8,7 +8,7 @@
 // instruction computes in float (ATen's op math for float32 and bfloat16) and rounds
 // its result to the dtype the op's result has in the graph, as ATen does after every op.
 // Only ops whose CPU kernels compute exactly this way are fused (fusion.py; a test compares
-// every instruction with ATen's kernel, tests/test_compile_fusion.py): add/sub with alpha 1,
+// every instruction with ATen's kernel, tests/compile/test_compile_fusion.py): add/sub with alpha 1,
 // mul, neg, rsqrt (of float32 results), square (pow 2), dtype conversion, where. Transcendental functions (exp,
 // silu, ...) are not: ATen's vectorised versions differ from libm by an ulp.
 //

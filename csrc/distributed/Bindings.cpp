@@ -2,6 +2,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <pybind11/chrono.h>
 
+#include "HierarchicalCollectives.h"
 #include "ProcessGroupNeuron.h"
 
 #include "../../runtime/collectives.h"

@@ -1,231 +1,32 @@
-// The c10d backend "neuron": Note [ProcessGroupNeuron] in ProcessGroupNeuron.h.
+// The c10d backend "neuron": Note [ProcessGroupNeuron] in ProcessGroupNeuron.h. This file has
+// the group's constructor, destructor and collectives; each collective takes its transport
+// (shared memory, the hierarchy or Gloo) and hands its host views to it through a
+// CollectiveCall.
 #include "ProcessGroupNeuron.h"
 
 #include <pybind11/pybind11.h>
 
 #include <ATen/ATen.h>
-#include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 #include <c10/util/accumulate.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
-
-#include <cxxabi.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <optional>
-#include <condition_variable>
-#include <deque>
-#include <functional>
-#include <mutex>
+#include <cstdlib>
+#include <string>
 #include <thread>
-#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "../../runtime/collectives.h"
 #include "../../runtime/error.h"
-#include "../NeuronAllocator.h"
 #include "../NeuronCommon.h"
-#include "../kernels/ZeroCopy.h"
+#include "CollectiveCall.h"
+#include "HierarchicalCollectives.h"
+#include "Reduction.h"
 
 namespace torch_neuron {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-using Milliseconds = std::chrono::milliseconds;
-
-std::string message_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-
-std::exception_ptr backend_error(const std::string& message) {
-  try {
-    C10_THROW_ERROR(DistBackendError, message);
-  } catch (...) {
-    return std::current_exception();
-  }
-}
-
-// Rethrows the exception being handled with `where` in front of its message, keeping its
-// Python type (ValueError, TypeError, ...).
-[[noreturn]] void rethrow_in_context(const std::string& where) {
-  try {
-    throw;
-  } catch (const c10::OutOfMemoryError&) {
-    throw;
-  } catch (const c10::ValueError& e) {
-    C10_THROW_ERROR(ValueError, where + ": " + e.what_without_backtrace());
-  } catch (const c10::TypeError& e) {
-    C10_THROW_ERROR(TypeError, where + ": " + e.what_without_backtrace());
-  } catch (const c10::NotImplementedError& e) {
-    C10_THROW_ERROR(NotImplementedError, where + ": " + e.what_without_backtrace());
-  } catch (const c10::DistError& e) {
-    C10_THROW_ERROR(DistBackendError, where + ": " + e.what_without_backtrace());
-  } catch (const c10::Error& e) {
-    C10_THROW_ERROR(Error, where + ": " + e.what_without_backtrace());
-  } catch (const neuron_rt::Error& e) {  // the shared-memory transport: timeouts, dead peers, aborts
-    C10_THROW_ERROR(DistBackendError, where + ": " + e.what());
-  } catch (const std::exception& e) {
-    C10_THROW_ERROR(Error, where + ": " + e.what());
-  }
-}
-
-// A CPU tensor over the memory of neuron tensor `tensor` that holds its device buffer, and
-// keeps it open for host access under the memory guard, until the last view of it goes.
-// The transport may keep views after the Work completes (Gloo's works hold their tensors):
-// the memory stays valid for as long as they do.
-at::Tensor owning_host_view(const at::Tensor& tensor) {
-  neuron_rt::BufferRef buffer = buffer_ref_of(tensor.storage());
-  if (buffer) {
-    neuron_rt::Buffer* root = buffer->root();
-    if (auto* memory = dynamic_cast<neuron_rt::DeviceMemory*>(root->owner())) memory->guard_open(root);
-  }
-  auto* storage = tensor.storage().unsafeGetStorageImpl();
-  void* data = storage->mutable_data();
-  auto* held = new neuron_rt::BufferRef(std::move(buffer));
-  c10::DataPtr data_ptr(data, held, [](void* context) {
-    auto* held = static_cast<neuron_rt::BufferRef*>(context);
-    if (*held) {
-      neuron_rt::Buffer* root = (*held)->root();
-      if (auto* memory = dynamic_cast<neuron_rt::DeviceMemory*>(root->owner())) memory->guard_close(root);
-    }
-    delete held;
-  }, c10::Device(c10::DeviceType::CPU));
-  c10::Storage view_storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), storage->nbytes(), std::move(data_ptr), /*allocator=*/nullptr,
-      /*resizable=*/false));
-  return tensor_over(std::move(view_storage), c10::DispatchKey::CPU, tensor);
-}
-
-// torch's name of a dtype ("int16", not c10's "Short").
-std::string dtype_name(at::ScalarType type) {
-  switch (type) {
-    case at::kShort: return "int16";
-    case at::kUInt16: return "uint16";
-    case at::kUInt32: return "uint32";
-    case at::kUInt64: return "uint64";
-    case at::kComplexHalf: return "complex32";
-    case at::kComplexFloat: return "complex64";
-    case at::kComplexDouble: return "complex128";
-    case at::kFloat8_e4m3fn: return "float8_e4m3fn";
-    case at::kFloat8_e5m2: return "float8_e5m2";
-    default: return c10::toString(type);
-  }
-}
-
-// The dtypes Gloo reduces and moves (others: Note [ProcessGroupNeuron]).
-bool transport_has_dtype(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-    case at::kChar: case at::kByte: case at::kInt: case at::kLong: case at::kBool:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// A view the transport can move: itself, or its bytes (one more trailing dimension, so splits
-// along dim 0 keep their units) for a dtype Gloo has no type for.
-at::Tensor movable(const at::Tensor& view) {
-  if (!view.defined() || transport_has_dtype(view.scalar_type())) return view;
-  TORCH_CHECK(view.is_contiguous(), "a tensor of ", dtype_name(view.scalar_type()), " must be contiguous: the transport (Gloo) "
-              "has no type for it and moves its bytes");
-  return view.unsqueeze(-1).view(at::kByte);
-}
-
-// Note [Memory lent to peers]: in a zero-copy collective the peers read and write this rank's
-// tensors from their own processes. A call that failed here (abort(), a timeout, a peer's
-// failure) may leave a peer still inside it, writing into that memory until it notices the
-// failure. So the body of a failed zero-copy call, which holds the host views (and through
-// them the device buffers) it lent, is kept until the process exits: the memory is never
-// handed to another tensor. The group cannot be used after a fault, so this happens at most
-// a few times per group. (The tensors the caller holds stay undefined, as after any failed
-// collective: a peer may still write into them.)
-void keep_lent_memory(std::function<void()> body) {
-  static std::mutex mutex;
-  static auto* kept = new std::vector<std::function<void()>>();  // never freed
-  std::lock_guard<std::mutex> lock(mutex);
-  kept->push_back(std::move(body));
-}
-
-std::vector<at::Tensor> movable(std::vector<at::Tensor> views) {
-  for (auto& view : views) view = movable(view);
-  return views;
-}
-
-std::vector<std::vector<at::Tensor>> movable(std::vector<std::vector<at::Tensor>> views) {
-  for (auto& list : views) list = movable(std::move(list));
-  return views;
-}
-
-// How a reduction runs on the transport: Gloo's op, plus what AVG and PREMUL_SUM add.
-struct Reduction {
-  c10d::ReduceOp transport_op;
-  bool average = false;
-  bool premultiply = false;
-  double factor = 1.0;
-  at::Tensor factor_tensor;  // a CPU scalar, when the factor is a tensor
-
-  // A contiguous copy (the product keeps a transposed input's layout; the transports read
-  // the copy as one block).
-  at::Tensor scaled(const at::Tensor& view) const {
-    return (factor_tensor.defined() ? view * factor_tensor : view * factor).contiguous();
-  }
-  void scale_in_place(std::vector<at::Tensor>& views) const {
-    for (auto& view : views) factor_tensor.defined() ? view.mul_(factor_tensor) : view.mul_(factor);
-  }
-  std::vector<at::Tensor> scaled(const std::vector<at::Tensor>& views) const {
-    std::vector<at::Tensor> copies;
-    for (const auto& view : views) copies.push_back(scaled(view));
-    return copies;
-  }
-};
-
-Reduction plan_reduction(const c10d::ReduceOp& op, const std::vector<at::Tensor>& tensors) {
-  for (const auto& tensor : tensors) {
-    TORCH_CHECK(transport_has_dtype(tensor.scalar_type()), "reductions of ", dtype_name(tensor.scalar_type()),
-                " tensors are not supported: the transport (Gloo) reduces float32, float64, float16, bfloat16, "
-                "int8, uint8, int32, int64 and bool");
-  }
-  const at::ScalarType dtype = tensors.empty() ? at::kFloat : tensors[0].scalar_type();
-  Reduction plan{c10d::ReduceOp(c10d::ReduceOp::SUM)};
-  switch (op.op_) {
-    case c10d::ReduceOp::AVG:
-      TORCH_CHECK(dtype != at::kBool, "ReduceOp.AVG is not defined for bool tensors");
-      plan.average = true;
-      return plan;
-    case c10d::ReduceOp::PREMUL_SUM: {
-      auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
-      TORCH_CHECK(supplement, "ReduceOp.PREMUL_SUM without its factor (make it with "
-                              "torch.distributed._make_nccl_premul_sum)");
-      TORCH_CHECK(at::isFloatingType(dtype), "ReduceOp.PREMUL_SUM needs floating-point tensors, got ", dtype_name(dtype));
-      plan.premultiply = true;
-      if (supplement->tensor_factor.defined()) {
-        plan.factor_tensor = supplement->tensor_factor.to(at::kCPU).reshape({});
-      } else {
-        plan.factor = supplement->double_factor;
-      }
-      return plan;
-    }
-    case c10d::ReduceOp::UNUSED:
-      TORCH_CHECK(false, "ReduceOp.UNUSED is not a reduction");
-    default:
-      plan.transport_op = op;
-      return plan;
-  }
-}
-
-// ---- the shared-memory transport's reach ----------------------------------------------------
 
 // The shared-memory rendezvous over the group's c10d Store (torchrun's, prefixed per group).
 class StoreRendezvous final : public neuron_rt::Rendezvous {
@@ -250,744 +51,33 @@ class StoreRendezvous final : public neuron_rt::Rendezvous {
   c10::intrusive_ptr<c10d::Store> store_;
 };
 
-std::optional<neuron_rt::ElementType> shared_element(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat: return neuron_rt::ElementType::kFloat32;
-    case at::kDouble: return neuron_rt::ElementType::kFloat64;
-    case at::kHalf: return neuron_rt::ElementType::kFloat16;
-    case at::kBFloat16: return neuron_rt::ElementType::kBFloat16;
-    case at::kChar: return neuron_rt::ElementType::kInt8;
-    case at::kByte: return neuron_rt::ElementType::kUInt8;
-    case at::kInt: return neuron_rt::ElementType::kInt32;
-    case at::kLong: return neuron_rt::ElementType::kInt64;
-    case at::kBool: return neuron_rt::ElementType::kBool;
-    default: return std::nullopt;
-  }
+std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> flat;
+  for (const auto& list : lists) flat.insert(flat.end(), list.begin(), list.end());
+  return flat;
 }
 
-std::optional<neuron_rt::ReduceKind> shared_reduction(const c10d::ReduceOp& op) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM: return neuron_rt::ReduceKind::kSum;
-    case c10d::ReduceOp::PRODUCT: return neuron_rt::ReduceKind::kProduct;
-    case c10d::ReduceOp::MIN: return neuron_rt::ReduceKind::kMin;
-    case c10d::ReduceOp::MAX: return neuron_rt::ReduceKind::kMax;
-    case c10d::ReduceOp::BAND: return neuron_rt::ReduceKind::kBitAnd;
-    case c10d::ReduceOp::BOR: return neuron_rt::ReduceKind::kBitOr;
-    case c10d::ReduceOp::BXOR: return neuron_rt::ReduceKind::kBitXor;
-    default: return std::nullopt;
-  }
+// A collective into lists of outputs that Gloo runs as is (gather, allgather_coalesced):
+// `issue(gloo, output views, input views)` hands Gloo the movable host views; the Work's value
+// is the lists, its result() their tensors.
+using Views = std::vector<at::Tensor>;
+using ListsOfViews = std::vector<std::vector<at::Tensor>>;
+template <typename Issue>
+c10::intrusive_ptr<c10d::Work> into_lists(CollectiveCall& call, c10d::Backend& transport, const ListsOfViews& outputs,
+                                          const Views& inputs, const Issue& issue) {
+  auto output_views = movable(call.host(outputs));
+  auto input_views = movable(call.host(inputs));
+  auto work = issue(call.transport(transport), output_views, input_views);
+  return call.start(work, c10::IValue(outputs), flatten(outputs));
 }
-
-// Whether shared memory reduces these host views with `op` (else they go to Gloo, which
-// raises for what it cannot do either).
-bool shared_reduces(const std::vector<at::Tensor>& views, const c10d::ReduceOp& op) {
-  const auto kind = shared_reduction(op);
-  if (!kind) return false;
-  for (const auto& view : views) {
-    const auto element = shared_element(view.scalar_type());
-    if (!element || !neuron_rt::reduction_supported(*element, *kind)) return false;
-  }
-  return true;
-}
-
-// A finishing step: AVG's division of the summed outputs by the group size.
-std::function<void()> averaging(std::vector<at::Tensor> views, int size) {
-  return [views = std::move(views), size] {
-    for (const auto& view : views) {
-      if (at::isFloatingType(view.scalar_type()) || at::isComplexType(view.scalar_type())) {
-        view.div_(size);
-      } else {
-        view.div_(size, "trunc");
-      }
-    }
-  };
-}
-
-// Note [Completion threads]
-// Point-to-point works (Gloo's send and recv have no future) are waited for here, never on
-// the transport's one thread, and their futures completed (with the callbacks chained on
-// them: the user's code, which may block). A task never waits for a busy thread: when every
-// thread is busy a new one starts. Threads left idle for a minute end. One pool per process
-// (a forked child makes its own: the parent's threads are not in it).
-// One T per process, made at first use; a forked child makes its own (its parent's threads
-// are not in it). Never freed: detached threads may still use it at exit.
-template <typename T>
-T& per_process() {
-  static std::mutex made;
-  static T* instance = nullptr;
-  static pid_t owner = 0;
-  std::lock_guard<std::mutex> lock(made);
-  if (!instance || owner != getpid()) {
-    instance = new T();
-    owner = getpid();
-  }
-  return *instance;
-}
-
-class CompletionThreads {
- public:
-  static CompletionThreads& get() { return per_process<CompletionThreads>(); }
-
-  void post(std::function<void()> task) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    tasks_.push_back(std::move(task));
-    if (tasks_.size() > idle_) {
-      std::thread([this] { serve(); }).detach();
-    } else {
-      ready_.notify_one();
-    }
-  }
-
- private:
-  void serve() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      ++idle_;
-      const bool has_task = ready_.wait_for(lock, std::chrono::seconds(60), [&] { return !tasks_.empty(); });
-      --idle_;
-      if (!has_task) return;
-      std::function<void()> task = std::move(tasks_.front());
-      tasks_.pop_front();
-      lock.unlock();
-      try {
-        task();
-      } catch (abi::__forced_unwind&) {
-        throw;  // the thread ends: it took the GIL once Python finalized (pthread_exit)
-      } catch (...) {
-        // tasks report their errors through their Work's future
-      }
-      task = nullptr;  // what it held goes outside the lock
-      lock.lock();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<std::function<void()>> tasks_;
-  size_t idle_ = 0;  // threads waiting for a task
-
- public:
-  // Note [Completions at exit]: a completion counts from when it is posted until it ended;
-  // Python's atexit waits for the count to reach zero (up to a limit). It runs unless Python is
-  // finalizing (may_run()). See NeuronWork::complete().
-  void post_completion(std::function<void()> completion) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++completions_;
-    }
-    post([this, completion = std::move(completion)]() mutable {
-      struct Ended {
-        CompletionThreads& threads;
-        std::function<void()>& completion;
-        ~Ended() {
-          completion = nullptr;  // what it holds goes before it counts as ended
-          std::lock_guard<std::mutex> lock(threads.mutex_);
-          if (--threads.completions_ == 0) threads.ended_.notify_all();
-        }
-      } ended{*this, completion};
-      completion();
-    });
-  }
-  static bool may_run() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
-  // Set by Python's atexit: from then on a completion takes the GIL before it starts.
-  bool exiting() const { return exiting_.load(); }
-  void wait_for_exit(std::chrono::milliseconds limit) {
-    exiting_.store(true);
-    std::unique_lock<std::mutex> lock(mutex_);
-    ended_.wait_for(lock, limit, [&] { return completions_ == 0; });
-  }
-
- private:
-  std::condition_variable ended_;
-  size_t completions_ = 0;  // posted and not ended
-  std::atomic<bool> exiting_{false};
-};
-
-// Note [Releasing a Work off the transport's threads]
-// A Work's last reference may hold tensors Python owns (its outputs, its future's value):
-// dropping it takes the GIL. A transport's thread (Gloo's, the shared-memory communication
-// thread) must never wait for the GIL: the thread holding it may be waiting for a collective
-// behind the one this thread just finished (a host wait that keeps the GIL, as a generator's
-// drain does: PowerSGD's hook calls torch.manual_seed, which waits for the device's streams,
-// the communication stream included), and the transport would then never run it; both
-// waited until the group's timeout (the intermittent PowerSGD failure of issue 9). Those
-// threads hand their references to the releaser thread, which drops them: a collective's
-// tensors the caller dropped may count in memory_allocated() for a moment after it ended.
-// Once Python is finalizing, taking the GIL ends the calling thread (pthread_exit), which
-// unwinding through a destructor turns into std::terminate: the releaser takes the GIL
-// before it drops anything (so the thread just ends), and what is still held then is left
-// to the process's exit.
-// One thread per process drops them, in order (review 10, finding 4: with a completion
-// thread per release, a long GIL hold piled up one blocked thread per finished collective).
-// Nothing waits for a release, so one blocked on the GIL holds up only the releases behind it.
-class Releaser {
- public:
-  static Releaser& get() { return per_process<Releaser>(); }
-
-  void post(std::function<void()> release) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (closed_) return;  // after drain_for_exit(): left to the exit
-    queue_.push_back(std::move(release));
-    if (!started_) {
-      started_ = true;
-      std::thread([this] { serve(); }).detach();
-    }
-    ready_.notify_one();
-  }
-
- private:
-  void serve() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      ready_.wait(lock, [&] { return !queue_.empty(); });
-      std::function<void()> release = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = true;
-      lock.unlock();
-      release();
-      release = nullptr;
-      lock.lock();
-      running_ = false;
-      if (queue_.empty()) idle_.notify_all();
-    }
-  }
-
- public:
-  // Python's atexit, before the interpreter starts finalizing (called without the GIL): the
-  // queued releases run (they take the GIL), and later ones are left to the exit. Dropping a
-  // tensor may release and retake the GIL inside its destructors (THPVariable's dealloc), and
-  // retaking it once Python finalizes ends the thread there: std::terminate (make
-  // test-distributed, "gloo only", about 1 run in 7, even with the GIL taken first).
-  void drain_for_exit(std::chrono::milliseconds limit) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    idle_.wait_for(lock, limit, [&] { return queue_.empty() && !running_; });
-    closed_ = true;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::condition_variable idle_;
-  std::deque<std::function<void()>> queue_;
-  bool started_ = false;
-  bool running_ = false;
-  bool closed_ = false;
-};
-
-}  // namespace
-
-void quiesce_collectives_for_exit() {
-  CompletionThreads::get().wait_for_exit(std::chrono::seconds(10));
-  Releaser::get().drain_for_exit(std::chrono::seconds(10));
-}
-
-namespace {
-
-template <typename... Held>
-void release_off_transport(Held&&... held) {
-  auto* kept = new std::tuple<std::decay_t<Held>...>(std::move(held)...);
-  Releaser::get().post([kept] {
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // left to the exit
-    // The GIL is taken here, not inside the destructors below: Python may begin finalizing
-    // after the check above, and taking the GIL then ends this thread (pthread_exit), whose
-    // unwinding through a destructor (noexcept) was std::terminate at the process's exit
-    // (tests/dist_review/06, 1 round in 6). Here it just ends the thread; `kept` is left to
-    // the exit. With the GIL held, the destructors' own acquisitions do not wait.
-    const PyGILState_STATE gil = PyGILState_Ensure();
-    delete kept;
-    PyGILState_Release(gil);
-  });
-}
-
-// Note [ProcessGroupNeuron]: the Work of one collective.
-class NeuronWork final : public c10d::Work {
- public:
-  // `devices`: the future's (Note [Stream-ordered collectives]); none for point-to-point works,
-  // whose futures complete when the transfer ends.
-  NeuronWork(std::string what, int rank, c10d::OpType type, Clock::time_point deadline, Milliseconds limit,
-             c10::IValue value, std::vector<at::Tensor> outputs, c10::intrusive_ptr<c10d::Work> transport_work,
-             std::vector<std::function<void()>> finish_steps, std::vector<c10::Device> devices = {})
-      : c10d::Work(rank, type),
-        what_(std::move(what)),
-        deadline_(deadline),
-        limit_(limit),
-        value_(std::move(value)),
-        outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(value_.type(), std::move(devices))),
-        transport_work_(std::move(transport_work)),
-        finish_steps_(std::move(finish_steps)) {}
-
-  // The transport's work has ended (with `error`, or null): finishes the result and
-  // completes this Work and its future, unless it already ended. The finishing steps run
-  // even when a wait() gave up first (timed out, aborted): the transport has written the
-  // outputs by now, and without them they would hold neither the input nor the result
-  // (AVG's sum undivided) while the peers hold the result. Called once, by the thread that
-  // sees the transport's work end (the transport's, for works with a future).
-  void transport_finished(std::exception_ptr error) {
-    if (!error) {
-      try {
-        for (auto& step : finish_steps_) step();
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-    finish_steps_.clear();  // drops the views the steps held
-    complete(error ? backend_error(what_ + " failed: " + message_of(error)) : nullptr);
-  }
-
-  // For a transport work without a future (send, recv): waits for it on a completion thread,
-  // until the Work's deadline and then until the transport gives up (Gloo times out its
-  // transfers), so the Work and its future complete without anyone calling wait().
-  void watch_transport() {
-    transport_future_ = false;
-    c10::intrusive_ptr<NeuronWork> self = c10::intrusive_ptr<NeuronWork>::reclaim_copy(this);
-    CompletionThreads::get().post([self]() mutable {
-      std::exception_ptr error;
-      try {
-        const auto left = std::chrono::duration_cast<Milliseconds>(self->deadline_ - Clock::now());
-        if (!self->transport_work_->wait(std::max(left, Milliseconds(1)))) {
-          self->time_out(false, Milliseconds(0));
-          self->transport_work_->wait(kNoTimeout);
-        }
-      } catch (...) {
-        error = std::current_exception();
-      }
-      self->transport_finished(error);
-      release_off_transport(std::move(self));  // its outputs may be Python's (Note [Completions at exit])
-    });
-  }
-
-  // Blocks until the Work completed (the transport's work and the finishing steps ended),
-  // or until `timeout` (the Work's deadline when none is given), then raises its error.
-  // Its future completes right after, on a completion thread (Note [Completion threads]):
-  // waiting for that thread here would add a thread hop to every synchronous collective.
-  bool wait(Milliseconds timeout) override {
-    const bool explicit_timeout = timeout != kNoTimeout;
-    // A shared-memory collective fails at the deadline itself, naming the ranks it waited
-    // for: give its error a moment to arrive.
-    const Clock::time_point limit =
-        explicit_timeout ? Clock::now() + timeout : deadline_ + (transport_work_ ? Milliseconds(0) : Milliseconds(500));
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (!cv_.wait_until(lock, limit, [&] { return completed_; })) {
-        lock.unlock();
-        time_out(explicit_timeout, timeout);
-      }
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (exception_) std::rethrow_exception(exception_);
-    return true;
-  }
-
-  void abort() override {
-    try {
-      if (transport_work_) transport_work_->abort();
-    } catch (...) {
-      // Gloo's collectives cannot be aborted; this Work ends anyway
-    }
-    complete(backend_error(what_ + " was aborted"));
-  }
-
-  // The last strong reference went; weak ones (the group's list of pending works, for
-  // abort()) keep the object, not what it holds: the tensors are released now.
-  void release_resources() override {
-    value_ = c10::IValue();
-    outputs_.clear();
-    future_.reset();
-    transport_work_.reset();
-    finish_steps_.clear();
-
-  }
-
-  void synchronize() override {}  // the results are in device memory once completed
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  std::vector<at::Tensor> result() override { return outputs_; }
-  int sourceRank() const override { return transport_work_ ? transport_work_->sourceRank() : -1; }
-
- private:
-  int64_t timeout_ms(bool explicit_timeout, Milliseconds timeout) const {
-    return (explicit_timeout ? timeout : limit_).count();
-  }
-
-  void time_out(bool explicit_timeout, Milliseconds timeout) {
-    const std::string when = explicit_timeout
-                                 ? "within the " + std::to_string(timeout.count()) + " ms given to wait()"
-                                 : std::to_string(limit_.count()) + " ms after it started (the process group's timeout)";
-    complete(backend_error(what_ + " timed out: not finished " + when + "; a peer may have stopped or not called it"));
-    try {
-      if (transport_work_) transport_work_->abort();
-    } catch (...) {
-      // best effort: Gloo times out its transfers itself
-    }
-  }
-
- public:
-  // What the communication stream waits on (Note [Stream-ordered collectives]): not the Work, whose
-  // tensors a stream task must not hold (dropping the last reference to a Python-owned tensor
-  // on the stream's thread takes the GIL, which a host wait may hold).
-  struct Signal {
-    std::mutex mutex;
-    std::condition_variable done_cv;
-    bool done = false;
-  };
-  std::shared_ptr<Signal> signal() const { return signal_; }
-
- private:
-  // Completes the Work once; the first caller wins. A point-to-point Work's future completes
-  // with it, on a completion thread (Note [Completion threads]); the others' at issue.
-  void complete(std::exception_ptr error) {
-    if (done_.exchange(true)) return;
-    finish(error);
-    {
-      std::lock_guard<std::mutex> lock(signal_->mutex);
-      signal_->done = true;
-    }
-    signal_->done_cv.notify_all();
-    if (!transport_work_ || transport_future_) return;
-    // Note [Completions at exit]: completing the future runs its callbacks (Python ones among
-    // them) and drops them and its value, which take the GIL; once Python finalizes, taking it
-    // ends the thread (pthread_exit), which inside a noexcept destructor is std::terminate
-    // (isend/irecv with a `then` callback, then exit: 3 processes in 60). A completion that
-    // starts once Python finalizes leaves its future and references to the exit; Python's
-    // atexit waits for the ones posted (up to 10 s; counting from the run, not the post, let
-    // one posted just before the exit run into it: 3 processes in 20), and the ones posted
-    // after it take the GIL first (a transfer that ended after it: 2 processes in 80). Before
-    // that, the GIL is not taken here: a thread waiting on the future while holding it
-    // (torch.jit.wait) would wait forever (review 14, finding 1). Limits: after our atexit (in
-    // a handler registered before `import torch`), waiting on a point-to-point future with the
-    // GIL held waits forever; a completion still running 10 s after our atexit, with a
-    // callback that releases the GIL, can still meet the finalization (review 14, finding 2,
-    // is such a callback, 2 ms sleeps, ended within the 10 s).
-    CompletionThreads::get().post_completion([future = future_, value = value_, error]() mutable {
-      using Held = std::pair<c10::intrusive_ptr<c10::ivalue::Future>, c10::IValue>;
-      if (!CompletionThreads::may_run()) {  // left to the exit
-        new Held(std::move(future), std::move(value));
-        return;
-      }
-      struct Gil {
-        std::optional<PyGILState_STATE> state;
-        ~Gil() {
-          if (state) PyGILState_Release(*state);
-        }
-      } gil;
-      if (CompletionThreads::get().exiting()) {
-        // Past our atexit nothing waits for this completion before Python finalizes: the GIL
-        // is taken first and held until all of it is dropped (finalizing waits for it). If
-        // Python finalizes first, taking it ends this thread, and what `held` has is left to
-        // the exit (its destructors would take the GIL again: std::terminate).
-        auto* held = new Held(std::move(future), std::move(value));
-        gil.state = PyGILState_Ensure();
-        future = std::move(held->first);
-        value = std::move(held->second);
-        delete held;
-      }
-      try {
-        if (error) {
-          future->setError(error);
-        } else {
-          future->markCompleted(value);
-        }
-      } catch (abi::__forced_unwind&) {
-        throw;
-      } catch (...) {
-        // completed already (by the user's set_result) or a callback threw: the future says so
-      }
-      future.reset();  // its callbacks and value go before it counts as ended
-      value = c10::IValue();
-    });
-  }
-
- public:
-  // Note [Stream-ordered collectives]: the communication stream's task, past the Work's
-  // deadline: times the Work out; never throws: a failed or timed-out collective does not fail the
-  // device, its Work carries the error.
-  void wait_on_stream() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!cv_.wait_until(lock, deadline_ + (transport_work_ ? Milliseconds(0) : Milliseconds(500)),
-                        [&] { return completed_; })) {
-      lock.unlock();
-      time_out(false, Milliseconds(0));
-    }
-  }
-
-  // Completes the future at issue, as ProcessGroupNCCL does: its value (the outputs) is
-  // usable by device ops, which the stream orders after the collective, and callbacks
-  // chained on it run at once on the thread that chains them, so every rank issues the
-  // collectives of those callbacks in the same order (PowerSGD's hook over several
-  // buckets). A collective that has already failed (always known here in launch-blocking
-  // mode) gives the future its error.
-  void complete_future_at_issue() {
-    std::exception_ptr error;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (completed_) error = exception_;
-    }
-    if (error) {
-      future_->setError(error);
-    } else {
-      future_->markCompleted(value_);
-    }
-  }
-
- private:
-
-  const std::string what_;
-  const Clock::time_point deadline_;
-  const Milliseconds limit_;
-  c10::IValue value_;
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-  c10::intrusive_ptr<c10d::Work> transport_work_;
-  std::vector<std::function<void()>> finish_steps_;  // touched by whoever sees the transport's work end
-  bool transport_future_ = true;  // false: point-to-point (watched; not ordered on the stream)
-  const std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
-  std::atomic<bool> done_{false};
-};
-
-// One collective call, on the calling thread: checks its tensors and makes their host
-// views, readies the device, hands the views to the transport and wraps its Work.
-class Call {
- public:
-  Call(ProcessGroupNeuron& group, const char* name, c10d::OpType type, Milliseconds op_timeout)
-      : group_(group),
-        name_(name),
-        type_(type),
-        limit_(op_timeout.count() > 0 ? op_timeout : group.timeout()),
-        deadline_(Clock::now() + limit_) {}
-
-  // Runs `body` (which starts the collective) with this collective named in its errors.
-  template <typename Body>
-  c10::intrusive_ptr<c10d::Work> run(Body&& body) {
-    try {
-      if (group_.aborted()) C10_THROW_ERROR(DistBackendError, "the process group was aborted (abort() was called)");
-      return body();
-    } catch (...) {
-      rethrow_in_context(group_.describe(name_));
-    }
-  }
-
-  at::Tensor host(const at::Tensor& tensor) {
-    if (!tensor.defined()) return tensor;
-    TORCH_CHECK(tensor.device().type() == kNeuron, "the neuron backend takes neuron tensors, got one on ",
-                tensor.device(), ". Move it with .to('neuron'), or give CPU tensors a backend of their own: "
-                "init_process_group(backend='cpu:gloo,neuron:neuron')");
-    const c10::DeviceIndex device = tensor.device().index();
-    TORCH_CHECK(device_ < 0 || device_ == device, "tensors on neuron:", device_, " and neuron:", device,
-                ": the tensors of one collective must be on one neuron device");
-    device_ = device;
-    return owning_host_view(tensor);
-  }
-  std::vector<at::Tensor> host(const std::vector<at::Tensor>& tensors) {
-    std::vector<at::Tensor> views;
-    views.reserve(tensors.size());
-    for (const auto& tensor : tensors) views.push_back(host(tensor));
-    return views;
-  }
-  std::vector<std::vector<at::Tensor>> host(const std::vector<std::vector<at::Tensor>>& lists) {
-    std::vector<std::vector<at::Tensor>> views;
-    views.reserve(lists.size());
-    for (const auto& list : lists) views.push_back(host(list));
-    return views;
-  }
-
-  // The transport, once the device is ready: in asynchronous mode, the work queued on the
-  // device's current stream has run (before any host access to the views, too).
-  c10d::Backend& transport(c10d::Backend& backend) {
-    ready();
-    group_.wait_shared_works();  // one order with the shared-memory collectives issued before
-    return backend;
-  }
-  void ready() {
-    if (ready_) return;
-    run_here_on(device_ >= 0 ? device_ : group_.device());
-    ready_ = true;
-  }
-
-  // A step run after the transport's work succeeded, before the Work completes.
-  void finally(std::function<void()> step) { finish_steps_.push_back(std::move(step)); }
-
-  // Contiguous stand-ins for the shared-memory transport: a view that is not contiguous is
-  // copied (now: the device is ready), and, when it `receives` a result, copied back before
-  // every other finishing step. The transport a collective takes must not depend on a
-  // rank's layouts, which its peers may not share (they would wait in another transport).
-  std::vector<at::Tensor> staged(const std::vector<at::Tensor>& views, bool receives) {
-    ready();
-    std::vector<at::Tensor> stand_ins;
-    for (const auto& view : views) {
-      if (view.is_contiguous()) {
-        stand_ins.push_back(view);
-        continue;
-      }
-      at::Tensor copy = view.contiguous();
-      stand_ins.push_back(copy);
-      if (receives) {
-        finish_steps_.insert(finish_steps_.begin(), [view, copy] { view.copy_(copy); });
-      }
-    }
-    return stand_ins;
-  }
-
-  // The shared-memory transport: `body(shm)` runs the collective on the group's
-  // communication thread (run_queued).
-  c10::intrusive_ptr<c10d::Work> run_shared(std::function<void(neuron_rt::ShmGroup&)> body, c10::IValue value,
-                                            std::vector<at::Tensor> outputs) {
-    ProcessGroupNeuron& group = group_;
-    return run_queued([&group, body = std::move(body)] { body(*group.shm()); }, group.shm(), std::move(value),
-                      std::move(outputs));
-  }
-
-  // Note [Hierarchical collectives]: as run_shared, for a group spanning hosts; `body` gets the
-  // group and the Work's deadline. A failure on a leader drops its connections to the other
-  // leaders, so that they fail at once too (not at the timeout), and fails its host's
-  // shared memory, so that the host's other ranks do.
-  using HierarchicalBody = std::function<void(ProcessGroupNeuron&, ProcessGroupNeuron::Hierarchy&, Clock::time_point)>;
-  c10::intrusive_ptr<c10d::Work> run_hierarchical(HierarchicalBody body, c10::IValue value,
-                                                  std::vector<at::Tensor> outputs) {
-    ProcessGroupNeuron& group = group_;
-    const Clock::time_point deadline = deadline_;
-    return run_queued([&group, deadline, body = std::move(body)] {
-      ProcessGroupNeuron::Hierarchy& hierarchy = *group.hierarchy();
-      hierarchy.calls.fetch_add(1, std::memory_order_relaxed);
-      try {
-        body(group, hierarchy, deadline);
-      } catch (...) {
-        const std::string why = message_of(std::current_exception());
-        if (hierarchy.leader) hierarchy.drop_leaders(why);
-        if (hierarchy.local) hierarchy.local->abort("rank " + std::to_string(group.getRank()) + " failed: " + why);
-        throw;
-      }
-    }, group.hierarchy()->local.get(), std::move(value), std::move(outputs));
-  }
-  c10::intrusive_ptr<c10d::Work> run_hierarchical(HierarchicalBody body, const std::vector<at::Tensor>& outputs) {
-    return run_hierarchical(std::move(body), c10::IValue(outputs), outputs);
-  }
-
-  // Runs `body` on the group's communication thread, in the order collectives were issued,
-  // once the device is ready (now) and the group's Gloo works issued before have ended
-  // (there), with `shm` (may be null) bounded by the Work's deadline. Returns its Work at
-  // once; it completes when the body and the finishing steps have run. `body` owns what it
-  // uses (captures by value: it runs after this call returns).
-  c10::intrusive_ptr<c10d::Work> run_queued(std::function<void()> body, neuron_rt::ShmGroup* shm, c10::IValue value,
-                                            std::vector<at::Tensor> outputs) {
-    ready();
-    auto work = c10::make_intrusive<NeuronWork>(group_.describe(name_), group_.getRank(), type_, deadline_, limit_,
-                                                std::move(value), std::move(outputs), nullptr,
-                                                std::move(finish_steps_), future_devices());
-    ProcessGroupNeuron& group = group_;
-    const Clock::time_point deadline = deadline_;
-    group.enqueue_shared([&group, work, deadline, shm, body = std::move(body)]() mutable {
-      std::exception_ptr error;
-      try {
-        group.wait_transport_works();
-        // The Work's deadline: its error (naming the ranks waited for) lands just before
-        // wait() would give up with a plainer one (Note [ProcessGroupNeuron], Faults).
-        if (shm) {
-          shm->set_timeout(std::max(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(deadline - Clock::now())));
-        }
-        body();
-      } catch (const neuron_rt::Error& e) {
-        error = backend_error(e.what());
-      } catch (...) {
-        error = std::current_exception();
-      }
-      if (error && shm && shm->zero_copy()) keep_lent_memory(std::move(body));
-      work->transport_finished(error);
-      release_off_transport(std::move(work), std::move(body));
-    });
-    return issued(work);
-  }
-  c10::intrusive_ptr<c10d::Work> run_shared(std::function<void(neuron_rt::ShmGroup&)> body,
-                                            const std::vector<at::Tensor>& outputs) {
-    return run_shared(std::move(body), c10::IValue(outputs), outputs);
-  }
-
-  c10::intrusive_ptr<c10d::Work> start(c10::intrusive_ptr<c10d::Work> transport_work, c10::IValue value,
-                                       std::vector<at::Tensor> outputs) {
-    // Gloo's send and recv works have no future: a completion thread waits for them.
-    c10::intrusive_ptr<c10::ivalue::Future> transport_future;
-    try {
-      transport_future = transport_work->getFuture();
-    } catch (const c10::Error&) {
-    }
-    // Finishing steps must end before the transport's next collective starts: only works
-    // with a future (whose callback runs on the transport's thread) may have them.
-    TORCH_INTERNAL_ASSERT(transport_future || finish_steps_.empty(), name_, ": finishing steps on a transport work "
-                          "without a future would race with the next collective");
-    auto work = c10::make_intrusive<NeuronWork>(
-        group_.describe(name_), group_.getRank(), type_, deadline_, limit_, std::move(value), std::move(outputs),
-        transport_work, std::move(finish_steps_),
-        transport_future ? future_devices() : std::vector<c10::Device>{});
-    if (transport_future) {
-      group_.note_transport_work(work);  // not send/recv: a preposted recv must not hold up collectives
-      // Runs on the transport's thread (or here, when it has already finished), so the
-      // finishing steps end before the transport starts the next collective. The cycle
-      // work -> transport work -> its future -> this callback ends when the future completes.
-      transport_future->addCallback([work](c10::ivalue::Future& future) mutable {
-        work->transport_finished(future.hasError() ? future.exception_ptr() : nullptr);
-        release_off_transport(std::move(work));
-      });
-    } else {
-      // Point-to-point: neither on the stream nor blocking in launch-blocking mode (an isend
-      // waiting for its receive would deadlock ranks that both send first, as NCCL's would
-      // outside a group); its future completes when the transfer ends.
-      group_.track(work);
-      work->watch_transport();
-      return work;
-    }
-    return issued(work);
-  }
-
-  // Note [Stream-ordered collectives]: the group's communication stream waits for the
-  // collective (a task: in launch-blocking mode it runs here, so the call returns once the
-  // collective ended, as with CUDA_LAUNCH_BLOCKING=1), then the future completes with its
-  // events recorded on that stream. As ProcessGroupNCCL: the current stream does not wait for
-  // the collective; wait() does, and so does whoever uses the future (its value, then(),
-  // wait()), through those events. So a later collective of another group, whose issue waits
-  // for the current stream, does not wait for this one: ranks may issue the asynchronous
-  // collectives of different groups in different orders (c10d asks one order per group).
-  c10::intrusive_ptr<c10d::Work> issued(const c10::intrusive_ptr<NeuronWork>& work) {
-    group_.track(work);  // before it may block here: abort() from another thread ends it
-    // Waits until the Work completed or its deadline (and a moment for the transport's own
-    // error) passed; never fails the stream: the Work carries the error.
-    const Clock::time_point until = deadline_ + Milliseconds(500);
-    const c10::Stream comm = group_.comm_stream(device());
-    NEURON_RT_CALL(runtime()
-                       .stream(comm.device_index(), static_cast<int>(comm.id()))
-                       .enqueue([signal = work->signal(), until] {
-                         std::unique_lock<std::mutex> lock(signal->mutex);
-                         signal->done_cv.wait_until(lock, until, [&] { return signal->done; });
-                       }));
-    if (!work->isCompleted() && Clock::now() >= until) work->wait_on_stream();  // past its deadline: time it out
-    c10::StreamGuard on_comm(comm);  // the future records its events on the communication stream
-    work->complete_future_at_issue();
-    return work;
-  }
-  c10::intrusive_ptr<c10d::Work> start(c10::intrusive_ptr<c10d::Work> transport_work,
-                                       const std::vector<at::Tensor>& outputs) {
-    return start(std::move(transport_work), c10::IValue(outputs), outputs);
-  }
-
- private:
-  c10::DeviceIndex device() const { return device_ >= 0 ? device_ : group_.device(); }
-  std::vector<c10::Device> future_devices() const { return {c10::Device(kNeuron, device())}; }
-
-  ProcessGroupNeuron& group_;
-  const char* name_;
-  c10d::OpType type_;
-  Milliseconds limit_;
-  Clock::time_point deadline_;
-  c10::DeviceIndex device_ = -1;
-  bool ready_ = false;
-  std::vector<std::function<void()>> finish_steps_;
-};
 
 // The tensors a reduction hands the transport, and the steps that finish its result.
 // `views`: this rank's tensors, its contribution and, when it `receives` the result (reduce's
 // other ranks only contribute), where the result goes. PREMUL_SUM scales copies, never the
 // caller's tensors (a transport that refuses the call leaves them as they were), and copies
 // the result back; AVG divides the result by the group size.
-std::vector<at::Tensor> reduction_inputs(Call& call, const Reduction& reduction, const std::vector<at::Tensor>& views,
-                                         bool receives, int size) {
+std::vector<at::Tensor> reduction_inputs(CollectiveCall& call, const Reduction& reduction,
+                                         const std::vector<at::Tensor>& views, bool receives, int size) {
   call.ready();  // the steps below read the tensors
   std::vector<at::Tensor> sent = views;
   if (reduction.premultiply) {
@@ -1006,9 +96,8 @@ std::vector<at::Tensor> reduction_inputs(Call& call, const Reduction& reduction,
 // reduce-scatter works have no future: their result could only be finished (AVG, the
 // copy-out) after the transport had moved on to the next collective. `stages[i]`: output i's
 // inputs, flattened in rank order, a fresh copy (the allreduce writes it); `offsets[i]`:
-// where this rank's chunk starts in it. (Twice the traffic of a ring reduce-scatter; the
-// shared-memory transport will do it in place.)
-c10::intrusive_ptr<c10d::Work> reduce_scatter_by_allreduce(Call& call, c10d::Backend& transport,
+// where this rank's chunk starts in it. (Twice the traffic of a ring reduce-scatter.)
+c10::intrusive_ptr<c10d::Work> reduce_scatter_by_allreduce(CollectiveCall& call, c10d::Backend& transport,
                                                            const Reduction& reduction, std::vector<at::Tensor> stages,
                                                            std::vector<at::Tensor> output_views,
                                                            std::vector<int64_t> offsets,
@@ -1027,14 +116,9 @@ c10::intrusive_ptr<c10d::Work> reduce_scatter_by_allreduce(Call& call, c10d::Bac
   return call.start(call.transport(transport).allreduce_coalesced(stages, allreduce_opts), outputs);
 }
 
-std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
-  std::vector<at::Tensor> flat;
-  for (const auto& list : lists) flat.insert(flat.end(), list.begin(), list.end());
-  return flat;
-}
-
 // Each input holds the group's inputs for its output, concatenated in rank order.
-c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend& transport, bool shm, int rank, int size,
+c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(CollectiveCall& call, c10d::Backend& transport,
+                                                      neuron_rt::ShmGroup* shm, int rank, int size,
                                                       const std::vector<at::Tensor>& outputs,
                                                       const std::vector<at::Tensor>& inputs,
                                                       const c10d::ReduceScatterOptions& opts) {
@@ -1057,7 +141,7 @@ c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend&
     if (reduction.average) call.finally(averaging(output_views, size));  // after the copies back
     output_views = call.staged(output_views, /*receives=*/true);
     const auto kind = *shared_reduction(reduction.transport_op);
-    return call.run_shared([sent, output_views, kind](neuron_rt::ShmGroup& group) {
+    return call.run_shared(*shm, [sent, output_views, kind](neuron_rt::ShmGroup& group) {
       for (size_t i = 0; i < sent.size(); ++i) {
         group.reduce_scatter(sent[i].data_ptr(), output_views[i].data_ptr(), static_cast<size_t>(output_views[i].numel()),
                              *shared_element(sent[i].scalar_type()), kind);
@@ -1075,7 +159,8 @@ c10::intrusive_ptr<c10d::Work> reduce_scatter_tensors(Call& call, c10d::Backend&
 }
 
 // Each output receives the group's inputs, concatenated in rank order.
-c10::intrusive_ptr<c10d::Work> all_gather_tensors(Call& call, c10d::Backend& transport_backend, bool shm, int size,
+c10::intrusive_ptr<c10d::Work> all_gather_tensors(CollectiveCall& call, c10d::Backend& transport_backend,
+                                                  neuron_rt::ShmGroup* shm, int size,
                                                   const std::vector<at::Tensor>& outputs,
                                                   const std::vector<at::Tensor>& inputs,
                                                   const c10d::AllgatherOptions& opts) {
@@ -1090,7 +175,7 @@ c10::intrusive_ptr<c10d::Work> all_gather_tensors(Call& call, c10d::Backend& tra
     // in place (an input that is a block of its output) stays in place when contiguous
     auto outputs_here = call.staged(output_views, /*receives=*/true);
     auto inputs_here = call.staged(input_views, /*receives=*/false);
-    return call.run_shared([input_views = inputs_here, output_views = outputs_here](neuron_rt::ShmGroup& group) {
+    return call.run_shared(*shm, [input_views = inputs_here, output_views = outputs_here](neuron_rt::ShmGroup& group) {
       for (size_t i = 0; i < input_views.size(); ++i) {
         group.all_gather(input_views[i].data_ptr(), output_views[i].data_ptr(), input_views[i].nbytes());
       }
@@ -1112,84 +197,6 @@ c10::intrusive_ptr<c10d::Work> all_gather_tensors(Call& call, c10d::Backend& tra
   auto& transport = call.transport(transport_backend);
   if (outputs.size() == 1) return call.start(transport._allgather_base(output_views[0], input_views[0], opts), outputs);
   return call.start(transport.allgather_into_tensor_coalesced(output_views, input_views, opts), outputs);
-}
-
-
-// ---- Note [Hierarchical collectives] ---------------------------------------------------------
-
-using Hierarchy = ProcessGroupNeuron::Hierarchy;
-
-// Destroys a Gloo group on a thread of its own: destroying one joins its thread, which may be
-// in a transfer until Gloo's own timeout.
-void destroy_elsewhere(c10::intrusive_ptr<c10d::Backend> group) {
-  if (group) std::thread([group = std::move(group)]() mutable { group.reset(); }).detach();
-}
-
-// The leaders' Gloo step, on a host's first rank (nothing elsewhere): `start` issues the Gloo
-// works with the time left before `deadline`, and they are waited for here, until they end,
-// the deadline passes or the group is aborted (Gloo's wait would hold the communication
-// thread, and the group's teardown, until Gloo's own timeout).
-void across_hosts(ProcessGroupNeuron& group, Hierarchy& hierarchy, Clock::time_point deadline,
-                  const std::function<std::vector<c10::intrusive_ptr<c10d::Work>>(c10d::Backend&, Milliseconds)>& start) {
-  if (!hierarchy.leader) return;
-  c10::intrusive_ptr<c10d::Backend> leaders = hierarchy.leaders();
-  // This thread must not drop the last reference (abort() or a failure took the group's).
-  struct NotLast {
-    c10::intrusive_ptr<c10d::Backend>& group;
-    ~NotLast() {
-      if (group && group.use_count() == 1) destroy_elsewhere(std::move(group));
-    }
-  } not_last{leaders};
-  const auto left = std::max(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(deadline - Clock::now()));
-  for (auto& work : start(*leaders, left)) {
-    struct Done {
-      std::mutex mutex;
-      std::condition_variable cv;
-      bool done = false;
-    };
-    auto done = std::make_shared<Done>();
-    work->getFuture()->addCallback([done](c10::ivalue::Future&) {
-      std::lock_guard<std::mutex> lock(done->mutex);
-      done->done = true;
-      done->cv.notify_all();
-    });
-    std::unique_lock<std::mutex> lock(done->mutex);
-    while (!done->done) {
-      if (group.aborted()) throw neuron_rt::Error(neuron_rt::ErrorCode::kAborted, "aborted in the step across hosts");
-      if (Clock::now() >= deadline) {
-        throw neuron_rt::Error(neuron_rt::ErrorCode::kTimeout, "the step across hosts (Gloo, between the hosts' first "
-                                                               "ranks) did not end within the group's timeout");
-      }
-      done->cv.wait_for(lock, Milliseconds(10));
-    }
-    lock.unlock();
-    work->wait();  // ended: raises its error
-  }
-}
-
-// Allreduce of contiguous host views: inside the host, across hosts, back inside the host.
-void all_reduce_across_hosts(ProcessGroupNeuron& group, Hierarchy& hierarchy, const std::vector<at::Tensor>& views,
-                             neuron_rt::ReduceKind kind, const c10d::ReduceOp& op, Clock::time_point deadline) {
-  if (hierarchy.local) {
-    for (const auto& view : views) {
-      hierarchy.local->all_reduce(view.data_ptr(), static_cast<size_t>(view.numel()), *shared_element(view.scalar_type()),
-                                  kind);
-    }
-  }
-  across_hosts(group, hierarchy, deadline, [&](c10d::Backend& leaders, Milliseconds left) {
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    for (const auto& view : views) {  // Gloo runs them in order (one thread)
-      c10d::AllreduceOptions options;
-      options.reduceOp = op;
-      options.timeout = left;
-      std::vector<at::Tensor> one{view};
-      works.push_back(leaders.allreduce(one, options));
-    }
-    return works;
-  });
-  if (hierarchy.local) {
-    for (const auto& view : views) hierarchy.local->broadcast(view.data_ptr(), view.nbytes(), 0);
-  }
 }
 
 }  // namespace
@@ -1247,19 +254,14 @@ ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transpo
                                             " (NEURON_SIM_SHM_COLLECTIVES=0 uses Gloo only)");
     }
   }
+  queue_.set_has_shared_path(shm_ || hierarchy_);
 }
 
 ProcessGroupNeuron::~ProcessGroupNeuron() {
   auto teardown = [this] {
-    {
-      std::lock_guard<std::mutex> lock(comm_mutex_);
-      comm_stopping_ = true;
-    }
-    comm_ready_.notify_all();
-    if (comm_thread_.joinable()) comm_thread_.join();  // its queued collectives end (or time out) first
-    last_transport_work_.reset();
+    queue_.stop();  // its queued collectives end (or time out) first
     c10::intrusive_ptr<c10d::Backend> leaders = hierarchy_ ? hierarchy_->take_leaders() : nullptr;
-    if (aborted_.load()) {
+    if (queue_.aborted()) {
       // Gloo's thread may still be in a transfer that only its own timeout ends (a link
       // down): its destructor joins it elsewhere, so abort-then-destroy returns at once.
       std::thread([transport = std::move(transport_), leaders = std::move(leaders)]() mutable {
@@ -1282,89 +284,10 @@ ProcessGroupNeuron::~ProcessGroupNeuron() {
   }
 }
 
-void ProcessGroupNeuron::enqueue_shared(std::function<void()> task) {
-  std::lock_guard<std::mutex> lock(comm_mutex_);
-  if (!comm_thread_.joinable()) {
-    comm_thread_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(comm_mutex_);
-      for (;;) {
-        comm_ready_.wait(lock, [&] { return comm_stopping_ || !comm_tasks_.empty(); });
-        if (comm_tasks_.empty()) return;
-        std::function<void()> task = std::move(comm_tasks_.front());
-        comm_tasks_.pop_front();
-        lock.unlock();
-        task();  // never throws: it completes its Work with the error
-        task = nullptr;
-        lock.lock();
-        ++comm_finished_;
-        comm_done_.notify_all();
-      }
-    });
-  }
-  comm_tasks_.push_back(std::move(task));
-  ++comm_submitted_;
-  comm_ready_.notify_one();
-}
-
-void ProcessGroupNeuron::wait_shared_works() {
-  std::unique_lock<std::mutex> lock(comm_mutex_);
-  const uint64_t target = comm_submitted_;
-  comm_done_.wait(lock, [&] { return comm_finished_ >= target; });
-}
-
 int64_t ProcessGroupNeuron::zero_copy_calls() const {
   neuron_rt::ShmGroup* group = shm_ ? shm_.get() : hierarchy_ ? hierarchy_->local.get() : nullptr;
   if (!group || !group->zero_copy()) return -1;
   return static_cast<int64_t>(group->zero_copy_calls());
-}
-
-c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::Hierarchy::leaders() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!dropped_.empty()) {
-    throw neuron_rt::Error(neuron_rt::ErrorCode::kAborted, "the group failed earlier (" + dropped_ + ")");
-  }
-  return leaders_;
-}
-
-void ProcessGroupNeuron::Hierarchy::set_leaders(c10::intrusive_ptr<c10d::Backend> leaders) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  leaders_ = std::move(leaders);
-}
-
-c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::Hierarchy::take_leaders() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return std::move(leaders_);
-}
-
-void ProcessGroupNeuron::Hierarchy::drop_leaders(const std::string& why) {
-  c10::intrusive_ptr<c10d::Backend> leaders;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (dropped_.empty()) dropped_ = why.empty() ? "unknown error" : why;
-    leaders = std::move(leaders_);
-  }
-  // Destroying it closes its connections once Gloo's thread is free.
-  destroy_elsewhere(std::move(leaders));
-}
-
-void ProcessGroupNeuron::note_transport_work(const c10::intrusive_ptr<c10d::Work>& work) {
-  if (!shm_ && !hierarchy_) return;
-  std::lock_guard<std::mutex> lock(transport_mutex_);
-  last_transport_work_ = work;
-}
-
-void ProcessGroupNeuron::wait_transport_works() {
-  c10::intrusive_ptr<c10d::Work> last;
-  {
-    std::lock_guard<std::mutex> lock(transport_mutex_);
-    last = std::move(last_transport_work_);
-  }
-  if (!last) return;
-  try {
-    last->wait();  // Gloo runs its works in order: the last one ending means all have
-  } catch (...) {
-    // its error belongs to its own Work (and its waiter)
-  }
 }
 
 void ProcessGroupNeuron::setTimeout(std::chrono::milliseconds timeout) {
@@ -1386,15 +309,20 @@ std::string ProcessGroupNeuron::describe(const std::string& collective) const {
   return collective + " on " + group + ", rank " + std::to_string(rank_) + " of " + std::to_string(size_);
 }
 
+CollectiveCall ProcessGroupNeuron::call(const char* name, c10d::OpType type, std::chrono::milliseconds timeout) {
+  return CollectiveCall(queue_, name, describe(name), rank_, device_, type,
+                        timeout.count() > 0 ? timeout : options_->timeout);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
-  Call call(*this, "broadcast", c10d::OpType::BROADCAST, opts.timeout);
+  CollectiveCall call = this->call("broadcast", c10d::OpType::BROADCAST, opts.timeout);
   return call.run([&] {
     auto views = call.host(tensors);
     if (shm_ && views.size() == 1 && opts.rootTensor == 0) {
       const int root = static_cast<int>(opts.rootRank);
       views = call.staged(views, /*receives=*/rank_ != root);
-      return call.run_shared([views, root](neuron_rt::ShmGroup& group) {
+      return call.run_shared(*shm_, [views, root](neuron_rt::ShmGroup& group) {
         group.broadcast(views[0].data_ptr(), views[0].nbytes(), root);
       }, tensors);
     }
@@ -1404,18 +332,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
       const int root_host = hierarchy_->host_of[root], root_index = hierarchy_->local_index[root];
       const bool root_here = hierarchy_->host_of[rank_] == root_host;
       views = call.staged(views, /*receives=*/rank_ != root);
-      return call.run_hierarchical([views, root_host, root_index, root_here](ProcessGroupNeuron& group, Hierarchy& hierarchy,
-                                                                             Clock::time_point deadline) {
-        const at::Tensor& view = views[0];
-        if (root_here && hierarchy.local) hierarchy.local->broadcast(view.data_ptr(), view.nbytes(), root_index);
-        across_hosts(group, hierarchy, deadline, [&](c10d::Backend& leaders, Milliseconds left) {
-          c10d::BroadcastOptions options;
-          options.rootRank = root_host;
-          options.timeout = left;
-          std::vector<at::Tensor> moved = movable(views);
-          return std::vector<c10::intrusive_ptr<c10d::Work>>{leaders.broadcast(moved, options)};
-        });
-        if (!root_here && hierarchy.local) hierarchy.local->broadcast(view.data_ptr(), view.nbytes(), 0);
+      return run_hierarchical(call, *hierarchy_, [views, root_host, root_index, root_here](
+                                  Hierarchy& hierarchy, const CollectiveQueue& queue, Clock::time_point deadline) {
+        broadcast_across_hosts(hierarchy, queue, views, root_host, root_index, root_here, deadline);
       }, tensors);
     }
     views = movable(std::move(views));
@@ -1425,68 +344,52 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
-  Call call(*this, "allreduce", c10d::OpType::ALLREDUCE, opts.timeout);
-  return call.run([&] {
-    const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
-    auto views = call.host(tensors);
-    // Several tensors in one allreduce are reduced together (Gloo's multi-device form): Gloo's.
-    const bool shared = (shm_ || hierarchy_) && views.size() == 1 && shared_reduces(views, reduction.transport_op);
-    auto sent = reduction_inputs(call, reduction, views, /*receives=*/true, size_);
-    if (shared) {
-      const auto kind = *shared_reduction(reduction.transport_op);
-      sent = call.staged(sent, /*receives=*/true);
-      if (hierarchy_) {
-        return call.run_hierarchical([sent, kind, op = reduction.transport_op](ProcessGroupNeuron& group,
-                                                                               Hierarchy& hierarchy,
-                                                                               Clock::time_point deadline) {
-          all_reduce_across_hosts(group, hierarchy, sent, kind, op, deadline);
-        }, tensors);
-      }
-      return call.run_shared([sent, kind](neuron_rt::ShmGroup& group) {
-        group.all_reduce(sent[0].data_ptr(), static_cast<size_t>(sent[0].numel()), *shared_element(sent[0].scalar_type()),
-                         kind);
-      }, tensors);
-    }
-    c10d::AllreduceOptions transport_opts = opts;
-    transport_opts.reduceOp = reduction.transport_op;
-    return call.start(call.transport(*transport_).allreduce(sent, transport_opts), tensors);
-  });
+  CollectiveCall call = this->call("allreduce", c10d::OpType::ALLREDUCE, opts.timeout);
+  return call.run([&] { return all_reduce(call, tensors, opts, /*coalesced=*/false); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                        const c10d::AllreduceCoalescedOptions& opts) {
-  Call call(*this, "allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
-  return call.run([&] {
-    const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
-    auto views = call.host(tensors);
-    const bool shared = (shm_ || hierarchy_) && shared_reduces(views, reduction.transport_op);
-    auto sent = reduction_inputs(call, reduction, views, /*receives=*/true, size_);
-    if (shared) {
-      const auto kind = *shared_reduction(reduction.transport_op);
-      sent = call.staged(sent, /*receives=*/true);
-      if (hierarchy_) {
-        return call.run_hierarchical([sent, kind, op = reduction.transport_op](ProcessGroupNeuron& group,
-                                                                               Hierarchy& hierarchy,
-                                                                               Clock::time_point deadline) {
-          all_reduce_across_hosts(group, hierarchy, sent, kind, op, deadline);
-        }, tensors);
-      }
-      return call.run_shared([sent, kind](neuron_rt::ShmGroup& group) {
-        for (const auto& tensor : sent) {
-          group.all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), *shared_element(tensor.scalar_type()),
-                           kind);
-        }
+  CollectiveCall call = this->call("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
+  return call.run([&] { return all_reduce(call, tensors, opts, /*coalesced=*/true); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::all_reduce(CollectiveCall& call, std::vector<at::Tensor>& tensors,
+                                                              const c10d::AllreduceOptions& opts, bool coalesced) {
+  const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
+  auto views = call.host(tensors);
+  // Several tensors in one allreduce are reduced together (Gloo's multi-device form): Gloo's.
+  const bool shared = (shm_ || hierarchy_) && (coalesced || views.size() == 1) &&
+                      shared_reduces(views, reduction.transport_op);
+  auto sent = reduction_inputs(call, reduction, views, /*receives=*/true, size_);
+  if (shared) {
+    const auto kind = *shared_reduction(reduction.transport_op);
+    sent = call.staged(sent, /*receives=*/true);
+    if (hierarchy_) {
+      return run_hierarchical(call, *hierarchy_, [sent, kind, op = reduction.transport_op](
+                                  Hierarchy& hierarchy, const CollectiveQueue& queue, Clock::time_point deadline) {
+        all_reduce_across_hosts(hierarchy, queue, sent, kind, op, deadline);
       }, tensors);
     }
-    c10d::AllreduceCoalescedOptions transport_opts = opts;
-    transport_opts.reduceOp = reduction.transport_op;
-    return call.start(call.transport(*transport_).allreduce_coalesced(sent, transport_opts), tensors);
-  });
+    return call.run_shared(*shm_, [sent, kind](neuron_rt::ShmGroup& group) {
+      for (const auto& tensor : sent) {
+        group.all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), *shared_element(tensor.scalar_type()),
+                         kind);
+      }
+    }, tensors);
+  }
+  c10d::AllreduceOptions transport_opts = opts;
+  transport_opts.reduceOp = reduction.transport_op;
+  c10d::Backend& transport = call.transport(*transport_);
+  if (!coalesced) return call.start(transport.allreduce(sent, transport_opts), tensors);
+  c10d::AllreduceCoalescedOptions coalesced_opts;
+  static_cast<c10d::AllreduceOptions&>(coalesced_opts) = transport_opts;  // it adds no field
+  return call.start(transport.allreduce_coalesced(sent, coalesced_opts), tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::ReduceOptions& opts) {
-  Call call(*this, "reduce", c10d::OpType::REDUCE, opts.timeout);
+  CollectiveCall call = this->call("reduce", c10d::OpType::REDUCE, opts.timeout);
   return call.run([&] {
     const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
     auto sent = reduction_inputs(call, reduction, call.host(tensors), /*receives=*/rank_ == opts.rootRank, size_);
@@ -1499,7 +402,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                              std::vector<at::Tensor>& inputs,
                                                              const c10d::AllgatherOptions& opts) {
-  Call call(*this, "allgather", c10d::OpType::ALLGATHER, opts.timeout);
+  CollectiveCall call = this->call("allgather", c10d::OpType::ALLGATHER, opts.timeout);
   return call.run([&] {
     auto output_views = call.host(outputs);
     auto input_views = call.host(inputs);
@@ -1514,7 +417,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
     };
     if (shm_ && gathers_evenly()) {  // through one staging buffer, copied out
       input_views = call.staged(input_views, /*receives=*/false);
-      return call.run_shared([input = input_views[0], outputs = output_views[0]](neuron_rt::ShmGroup& group) {
+      return call.run_shared(*shm_, [input = input_views[0], outputs = output_views[0]](neuron_rt::ShmGroup& group) {
         const int64_t bytes = static_cast<int64_t>(input.nbytes());
         at::Tensor staging = at::empty({bytes * group.size()}, input.options().dtype(at::kByte));
         group.all_gather(input.data_ptr(), staging.data_ptr(), static_cast<size_t>(bytes));
@@ -1533,49 +436,48 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::AllgatherOptions& opts) {
-  Call call(*this, "_allgather_base", c10d::OpType::_ALLGATHER_BASE, opts.timeout);
+  CollectiveCall call = this->call("_allgather_base", c10d::OpType::_ALLGATHER_BASE, opts.timeout);
   return call.run([&] {
     std::vector<at::Tensor> outputs{output};
     std::vector<at::Tensor> inputs{input};
-    return all_gather_tensors(call, *transport_, shm_ != nullptr, size_, outputs, inputs, opts);
+    return all_gather_tensors(call, *transport_, shm_.get(), size_, outputs, inputs, opts);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  Call call(*this, "allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts.timeout);
+  CollectiveCall call = this->call("allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts.timeout);
   return call.run([&] {
-    auto output_views = movable(call.host(output_lists));
-    auto input_views = movable(call.host(inputs));
-    auto work = call.transport(*transport_).allgather_coalesced(output_views, input_views, opts);
-    return call.start(work, c10::IValue(output_lists), flatten(output_lists));
+    return into_lists(call, *transport_, output_lists, inputs,
+                      [&](c10d::Backend& gloo, ListsOfViews& output_views, Views& input_views) {
+                        return gloo.allgather_coalesced(output_views, input_views, opts);
+                      });
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  Call call(*this, "allgather_into_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
-  return call.run([&] { return all_gather_tensors(call, *transport_, shm_ != nullptr, size_, outputs, inputs, opts); });
+  CollectiveCall call = this->call("allgather_into_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
+  return call.run([&] { return all_gather_tensors(call, *transport_, shm_.get(), size_, outputs, inputs, opts); });
 }
-
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::GatherOptions& opts) {
-  Call call(*this, "gather", c10d::OpType::GATHER, opts.timeout);
+  CollectiveCall call = this->call("gather", c10d::OpType::GATHER, opts.timeout);
   return call.run([&] {
-    auto output_views = movable(call.host(outputs));
-    auto input_views = movable(call.host(inputs));
-    auto work = call.transport(*transport_).gather(output_views, input_views, opts);
-    return call.start(work, c10::IValue(outputs), flatten(outputs));
+    return into_lists(call, *transport_, outputs, inputs,
+                      [&](c10d::Backend& gloo, ListsOfViews& output_views, Views& input_views) {
+                        return gloo.gather(output_views, input_views, opts);
+                      });
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(std::vector<at::Tensor>& outputs,
                                                            std::vector<std::vector<at::Tensor>>& inputs,
                                                            const c10d::ScatterOptions& opts) {
-  Call call(*this, "scatter", c10d::OpType::SCATTER, opts.timeout);
+  CollectiveCall call = this->call("scatter", c10d::OpType::SCATTER, opts.timeout);
   return call.run([&] {
     auto output_views = movable(call.host(outputs));
     auto input_views = movable(call.host(inputs));
@@ -1586,7 +488,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                   std::vector<std::vector<at::Tensor>>& inputs,
                                                                   const c10d::ReduceScatterOptions& opts) {
-  Call call(*this, "reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts.timeout);
+  CollectiveCall call = this->call("reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts.timeout);
   return call.run([&] {
     TORCH_CHECK(inputs.size() == outputs.size(), "reduce_scatter takes one list of inputs per output, got ",
                 inputs.size(), " lists for ", outputs.size(), " outputs");
@@ -1623,26 +525,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                         const c10d::ReduceScatterOptions& opts) {
-  Call call(*this, "_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout);
+  CollectiveCall call = this->call("_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout);
   return call.run([&] {
     std::vector<at::Tensor> outputs{output};
     std::vector<at::Tensor> inputs{input};
-    return reduce_scatter_tensors(call, *transport_, shm_ != nullptr, rank_, size_, outputs, inputs, opts);
+    return reduce_scatter_tensors(call, *transport_, shm_.get(), rank_, size_, outputs, inputs, opts);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  Call call(*this, "reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts.timeout);
-  return call.run([&] { return reduce_scatter_tensors(call, *transport_, shm_ != nullptr, rank_, size_, outputs, inputs, opts); });
+  CollectiveCall call =
+      this->call("reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts.timeout);
+  return call.run([&] {
+    return reduce_scatter_tensors(call, *transport_, shm_.get(), rank_, size_, outputs, inputs, opts);
+  });
 }
-
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                                  std::vector<int64_t>& output_split_sizes,
                                                                  std::vector<int64_t>& input_split_sizes,
                                                                  const c10d::AllToAllOptions& opts) {
-  Call call(*this, "alltoall_base", c10d::OpType::ALLTOALL_BASE, opts.timeout);
+  CollectiveCall call = this->call("alltoall_base", c10d::OpType::ALLTOALL_BASE, opts.timeout);
   return call.run([&] {
     at::Tensor output_view = movable(call.host(output));
     at::Tensor input_view = movable(call.host(input));
@@ -1655,7 +559,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& out
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tensor>& outputs,
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllToAllOptions& opts) {
-  Call call(*this, "alltoall", c10d::OpType::ALLTOALL, opts.timeout);
+  CollectiveCall call = this->call("alltoall", c10d::OpType::ALLTOALL, opts.timeout);
   return call.run([&] {
     auto output_views = call.host(outputs);
     auto input_views = call.host(inputs);
@@ -1703,7 +607,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
-  Call call(*this, "send", c10d::OpType::SEND, Milliseconds(-1));
+  CollectiveCall call = this->call("send", c10d::OpType::SEND, std::chrono::milliseconds(-1));
   return call.run([&] {
     auto views = movable(call.host(tensors));
     return call.start(call.transport(*transport_).send(views, dst_rank, tag), tensors);
@@ -1711,7 +615,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>&
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
-  Call call(*this, "recv", c10d::OpType::RECV, Milliseconds(-1));
+  CollectiveCall call = this->call("recv", c10d::OpType::RECV, std::chrono::milliseconds(-1));
   return call.run([&] {
     auto views = movable(call.host(tensors));
     return call.start(call.transport(*transport_).recv(views, src_rank, tag), tensors);
@@ -1719,7 +623,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>&
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  Call call(*this, "recv (any source)", c10d::OpType::RECVANYSOURCE, Milliseconds(-1));
+  CollectiveCall call = this->call("recv (any source)", c10d::OpType::RECVANYSOURCE, std::chrono::milliseconds(-1));
   return call.run([&] {
     auto views = movable(call.host(tensors));
     return call.start(call.transport(*transport_).recvAnysource(views, tag), tensors);
@@ -1727,68 +631,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(std::vector<at:
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions& opts) {
-  Call call(*this, "barrier", c10d::OpType::BARRIER, opts.timeout);
+  CollectiveCall call = this->call("barrier", c10d::OpType::BARRIER, opts.timeout);
   return call.run([&] {
     // The work queued on this rank's device before the barrier has run when it returns.
-    if (shm_) return call.run_shared([](neuron_rt::ShmGroup& group) { group.barrier(); }, std::vector<at::Tensor>());
-    if (hierarchy_) {
-      return call.run_hierarchical([](ProcessGroupNeuron& group, Hierarchy& hierarchy, Clock::time_point deadline) {
-        if (hierarchy.local) hierarchy.local->barrier();
-        across_hosts(group, hierarchy, deadline, [&](c10d::Backend& leaders, Milliseconds left) {
-          c10d::BarrierOptions options;
-          options.timeout = left;
-          return std::vector<c10::intrusive_ptr<c10d::Work>>{leaders.barrier(options)};
-        });
-        if (hierarchy.local) hierarchy.local->barrier();
-      }, std::vector<at::Tensor>());
-    }
+    if (shm_) return call.run_shared(*shm_, [](neuron_rt::ShmGroup& group) { group.barrier(); }, std::vector<at::Tensor>());
+    if (hierarchy_) return run_hierarchical(call, *hierarchy_, barrier_across_hosts, std::vector<at::Tensor>());
     return call.start(call.transport(*transport_).barrier(opts), std::vector<at::Tensor>());
   });
 }
 
 void ProcessGroupNeuron::setSequenceNumberForGroup() { transport_->setSequenceNumberForGroup(); }
 uint64_t ProcessGroupNeuron::getSequenceNumberForGroup() { return transport_->getSequenceNumberForGroup(); }
-c10::Stream ProcessGroupNeuron::comm_stream(c10::DeviceIndex device) {
-  std::lock_guard<std::mutex> lock(streams_mutex_);
-  auto found = comm_streams_.find(device);
-  if (found == comm_streams_.end()) {
-    found = comm_streams_.emplace(device, NEURON_RT_CALL(runtime().next_comm_stream(device))).first;
-  }
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, device), found->second);
-}
 
-void ProcessGroupNeuron::track(const c10::intrusive_ptr<c10d::Work>& work) {
-  std::lock_guard<std::mutex> lock(works_mutex_);
-  if (in_flight_.size() >= 64) {  // forget the ended ones now and then
-    std::vector<c10::weak_intrusive_ptr<c10d::Work>> live;
-    for (auto& weak : in_flight_) {
-      auto strong = weak.lock();
-      if (strong && !strong->isCompleted()) live.push_back(std::move(weak));
-    }
-    in_flight_ = std::move(live);
-  }
-  in_flight_.emplace_back(work);
-}
-
-// Ends every collective still pending, on both transports (Gloo's own abort does nothing),
-// and fails every later call, as NCCL's communicator abort does.
 void ProcessGroupNeuron::abort() {
-  aborted_.store(true);
+  queue_.mark_aborted();
   if (shm_) shm_->abort("abort() was called");
   if (hierarchy_ && hierarchy_->local) hierarchy_->local->abort("abort() was called");
-  std::vector<c10::weak_intrusive_ptr<c10d::Work>> pending;
-  {
-    std::lock_guard<std::mutex> lock(works_mutex_);
-    pending.swap(in_flight_);
-  }
-  for (auto& weak : pending) {
-    if (auto work = weak.lock()) work->abort();
-  }
+  queue_.abort_tracked();
   transport_->abort();
   // Gloo's abort does not end a transfer: the leaders' group is dropped (destroyed on a thread
   // of its own), and the group fails its later collectives.
   if (hierarchy_) hierarchy_->drop_leaders("abort() was called");
 }
+
 void ProcessGroupNeuron::shutdown() { transport_->shutdown(); }
 
 }  // namespace torch_neuron

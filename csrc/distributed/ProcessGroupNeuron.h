@@ -4,7 +4,7 @@
 //
 // Transport. When every rank of the group is on this host (runtime/collectives.h,
 // host_key()), allreduce, broadcast, the all-gathers, the reduce-scatters and barrier run
-// through shared memory (neuron_rt::ShmGroup), synchronously on the calling thread, on
+// through shared memory (neuron_rt::ShmGroup), on the group's communication thread, on
 // contiguous tensors of the dtypes it reduces (NEURON_SIM_SHM_COLLECTIVES=0 turns it off).
 // Everything else, and every collective of a group that spans hosts, runs on Gloo
 // (c10d::ProcessGroupGloo, shipped in the torch wheel; made by the Python registration with
@@ -20,30 +20,11 @@
 // still touches its outputs. The collectives of one group run in the order they were issued
 // (the Gloo group has one worker thread, the shared-memory path one communication thread),
 // as a NCCL group's do on its stream; the step that finishes a result (AVG's division,
-// copies out of staging) runs before the next collective starts.
+// copies out of staging) runs before the next collective starts. Each collective is then
+// ordered on the group's communication stream, not on the current stream (Note
+// [Stream-ordered collectives], CollectiveCall.h).
 //
-// Note [Stream-ordered collectives]. As ProcessGroupNCCL does, a collective is ordered on
-// its group's communication stream (one per group and device, from the device's
-// kCommStreamCount communication streams, never handed out as pool streams; shared only
-// past that many groups on one device), not on the current stream: a task there waits for it (in launch-blocking mode
-// that task runs at the call, so the call returns once the collective ended, as with
-// CUDA_LAUNCH_BLOCKING=1). Its future is device-aware and completes at issue, holding the
-// outputs, with events recorded on the communication stream after that task: whoever waits
-// for the future or chains a callback with then() has its stream wait for those events (c10's
-// Future does this), and the callbacks run at once on the thread that chains them, so a
-// callback may run another collective and wait for it, and every rank issues the
-// collectives of its callbacks in the same order (PowerSGD's hook over several buckets).
-// Ops issued on the current stream after the call see the result after wait() (which
-// blocks the calling thread until the Work completed). Since the current stream does not
-// wait for a collective, a later collective of another group does not either: ranks may issue
-// the asynchronous collectives of different groups in different orders (review 9b, finding 6;
-// before, each rank's second call waited for its first and the ranks deadlocked). A failed or
-// timed-out collective does not fail the device: its Work carries the error, which wait()
-// raises (its outputs are then undefined). Point-to-point works (send, recv) are on no stream
-// (an isend waiting there for its receive would deadlock ranks that both send first); a
-// completion thread waits for them and completes their futures, which have no devices.
-//
-// Beyond Gloo's own semantics:
+// Beyond Gloo's own semantics (Reduction.h):
 //  - AVG: SUM, then a division by the group size (truncating for integers, as NCCL does);
 //  - PREMUL_SUM: each rank scales its own contribution by the factor first (on a copy
 //    where the input is not also the output), then SUM;
@@ -59,39 +40,27 @@
 // does not stop Gloo's op: the outputs are undefined until the op ends; when it does, its
 // finishing step still runs, so they then hold the result the peers got.
 //
-// Note [Hierarchical collectives]. A group whose ranks span hosts, with several ranks on at
-// least one host, runs allreduce, broadcast and barrier in three steps, as NCCL does across
-// nodes: inside each host over shared memory (its ranks' own ShmGroup, zero-copy where their
-// device memory allows), across hosts on Gloo between one leader per host (the host's first
-// rank; a Gloo group of the leaders only, made by the Python registration), then inside each
-// host again (a broadcast from the leader). Allreduce: local allreduce, leaders' allreduce,
-// local broadcast; so each byte crosses the network once per host, not once per rank. Broadcast:
-// inside the root's host, then between leaders, then inside the other hosts. The steps run
-// as one task on the communication thread, so the group's one order holds. A rank whose step
-// fails aborts its host's shared memory with the error, and a leader also closes its
-// connections to the other leaders, so every rank of every host fails at once instead of at
-// the deadline; abort() ends a leader's pending step across hosts. The other collectives of
-// such a group run on Gloo over the whole group.
+// Across hosts: Note [Hierarchical collectives] (HierarchicalCollectives.h).
+//
+// The pieces, as in ProcessGroupGloo/ProcessGroupNCCL: NeuronWork.h (the Work of one
+// collective), CollectiveCall.h (the call path), CollectiveQueue.h (the group's order),
+// Reduction.h (the reduction table), HierarchicalCollectives.h (the algorithm across hosts),
+// CompletionThreads.h (the process-wide completion and release threads, and the exit).
 //
 // Thread safety: as c10d requires, every rank issues the group's collectives in the same
 // order; a Work may be waited for from any thread.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <functional>
 #include <memory>
-#include <map>
-#include <mutex>
-#include <thread>
 #include <string>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
+#include "CollectiveQueue.h"
+#include "CompletionThreads.h"  // quiesce_collectives_for_exit(), for ExitQuiesce.cpp
 
 namespace neuron_rt {
 class ShmGroup;
@@ -99,10 +68,8 @@ class ShmGroup;
 
 namespace torch_neuron {
 
-// Python's atexit (before finalizing; without the GIL): the running completions end (Note
-// [Completions at exit]) and the pending releases, later ones are left to the exit (Note
-// [Releasing a Work off the transport's threads]).
-void quiesce_collectives_for_exit();
+class CollectiveCall;
+struct Hierarchy;
 
 class ProcessGroupNeuron final : public c10d::Backend {
  public:
@@ -130,47 +97,7 @@ class ProcessGroupNeuron final : public c10d::Backend {
   // Collectives that went zero-copy so far; -1 when the group cannot (collectives.h).
   int64_t zero_copy_calls() const;
   // Note [Hierarchical collectives]: what a group spanning hosts uses; null otherwise.
-  struct Hierarchy {
-    std::vector<int> host_of;      // per rank of the group
-    std::vector<int> local_index;  // per rank: its index among its host's ranks
-    bool leader = false;                           // this rank is its host's first
-    std::unique_ptr<neuron_rt::ShmGroup> local;    // this host's ranks; null when alone here
-    std::atomic<uint64_t> calls{0};                // collectives run this way (tests check it)
-
-    // The leaders' Gloo group (a leader's; null elsewhere); raises once it was dropped.
-    c10::intrusive_ptr<c10d::Backend> leaders() const;
-    void set_leaders(c10::intrusive_ptr<c10d::Backend> leaders);
-    // After a failure on this leader: closes its connections to the other leaders (their
-    // pending and later steps fail at once, as if this process had died) and fails its
-    // later collectives with `why`. Gloo's threads are joined elsewhere (one may still be in
-    // a transfer until its own timeout).
-    void drop_leaders(const std::string& why);
-    // Takes the leaders' group (null once dropped), for teardown.
-    c10::intrusive_ptr<c10d::Backend> take_leaders();
-
-   private:
-    mutable std::mutex mutex_;
-    c10::intrusive_ptr<c10d::Backend> leaders_;
-    std::string dropped_;  // why, once dropped
-  };
   Hierarchy* hierarchy() const { return hierarchy_.get(); }
-
-  // For the collectives' implementation (ProcessGroupNeuron.cpp): the last work handed to
-  // Gloo, which a shared-memory collective waits for first (one order for both paths).
-  void note_transport_work(const c10::intrusive_ptr<c10d::Work>& work);
-  void wait_transport_works();
-  neuron_rt::ShmGroup* shm() const { return shm_.get(); }
-  // The communication thread runs the shared-memory collectives in the order issued (as a
-  // NCCL group's stream does); a Gloo collective waits for those issued before it.
-  void enqueue_shared(std::function<void()> task);
-  void wait_shared_works();
-  // Works not yet complete, for abort(); and whether abort() was called (later calls fail).
-  void track(const c10::intrusive_ptr<c10d::Work>& work);
-  bool aborted() const { return aborted_.load(); }
-  // The stream on `device` that waits for this group's collectives and on which their futures
-  // record their events (Note [Stream-ordered collectives]): one of the device's
-  // communication streams, picked at the group's first collective there.
-  c10::Stream comm_stream(c10::DeviceIndex device);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -216,28 +143,25 @@ class ProcessGroupNeuron final : public c10d::Backend {
 
   void setSequenceNumberForGroup() override;
   uint64_t getSequenceNumberForGroup() override;
+  // Ends every collective still pending, on both transports (Gloo's own abort does nothing),
+  // and fails every later call, as NCCL's communicator abort does.
   void abort() override;
   void shutdown() override;
 
  private:
+  // The call of collective `name` (`timeout`: the call's; not positive: the group's).
+  CollectiveCall call(const char* name, c10d::OpType type, std::chrono::milliseconds timeout);
+  // allreduce and allreduce_coalesced: `coalesced` reduces every tensor on its own (else
+  // several tensors are reduced together, Gloo's multi-device form).
+  c10::intrusive_ptr<c10d::Work> all_reduce(CollectiveCall& call, std::vector<at::Tensor>& tensors,
+                                            const c10d::AllreduceOptions& opts, bool coalesced);
+
   c10::intrusive_ptr<c10d::Backend> transport_;
   c10::intrusive_ptr<Options> options_;
   c10::DeviceIndex device_;
   std::unique_ptr<neuron_rt::ShmGroup> shm_;  // null: ranks on several hosts, or turned off
   std::unique_ptr<Hierarchy> hierarchy_;      // ranks on several hosts, some sharing one
-  std::thread comm_thread_;                   // started by the first shared-memory collective
-  std::mutex comm_mutex_;
-  std::condition_variable comm_ready_, comm_done_;
-  std::deque<std::function<void()>> comm_tasks_;
-  uint64_t comm_submitted_ = 0, comm_finished_ = 0;
-  bool comm_stopping_ = false;
-  std::mutex works_mutex_;
-  std::vector<c10::weak_intrusive_ptr<c10d::Work>> in_flight_;
-  std::atomic<bool> aborted_{false};
-  std::mutex transport_mutex_;
-  c10::intrusive_ptr<c10d::Work> last_transport_work_;
-  std::mutex streams_mutex_;
-  std::map<c10::DeviceIndex, int> comm_streams_;
+  CollectiveQueue queue_;
 };
 
 }  // namespace torch_neuron

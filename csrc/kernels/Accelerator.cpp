@@ -22,7 +22,12 @@
 
 #include "../NeuronAllocator.h"
 #include "../NeuronCommon.h"
-#include "ZeroCopy.h"
+#include "../Dtype64.h"
+#include "../HostViews.h"
+#include "../Launch.h"
+#include "../OpTracking.h"
+#include "Generic.h"
+#include "KernelBody.h"
 
 namespace torch_neuron {
 namespace {

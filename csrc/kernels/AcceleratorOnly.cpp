@@ -1,7 +1,7 @@
 // Note [Accelerator-only ops]
 // Ops that have a CUDA kernel and no CPU kernel, and that PyTorch's own code calls for a
 // non-CPU device, so they reach the neuron device in ordinary programs. The generic path
-// (ZeroCopy.cpp) runs an op's CPU kernel, which these ops do not have; each gets a kernel
+// (kernels/Generic.cpp) runs an op's CPU kernel, which these ops do not have; each gets a kernel
 // here that follows CUDA's contract (outputs, dtypes, workspace layouts). The class, how it
 // was found and what each op got: COVERAGE.md, "Accelerator-only ops". The fused recurrent
 // cells are in Recurrent.cpp.
@@ -28,7 +28,12 @@
 
 #include "../NeuronCommon.h"
 #include "../NeuronGenerator.h"
-#include "ZeroCopy.h"
+#include "../Dtype64.h"
+#include "../HostViews.h"
+#include "../Launch.h"
+#include "../OpTracking.h"
+#include "Generic.h"
+#include "KernelBody.h"
 
 namespace torch_neuron {
 namespace {

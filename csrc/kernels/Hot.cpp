@@ -1,16 +1,23 @@
-// Hot ops: unboxed kernels that call ATen's CPU kernels directly (no dispatcher round trip,
-// no boxing) on host views of device memory, for the common case: launch-blocking mode (or
-// a small call on an idle stream in asynchronous mode) and operands that need no 64-bit
-// narrowing. Any other call (queued, 64-bit values) takes the generic path (ZeroCopy.cpp), which holds the one 64-bit rule (Dtype64.h) and
-// queues kernels with metadata from ATen's meta functions (Note [Asynchronous kernels]).
-#include <ATen/CPUFunctions.h>
+// Hot ops: the eager registrations of Note [Direct kernels] (DirectKernels.h, which has the
+// kernels, shared with compiled programs). Each wrapper runs its direct kernel unboxed (no
+// dispatcher round trip, no boxing) on host views of device memory, for the common case:
+// launch-blocking mode (or a small call on an idle stream in asynchronous mode) and operands
+// that need no 64-bit narrowing. Any other call (queued, 64-bit values) takes the generic path
+// (Generic.cpp), which holds the one 64-bit rule (Dtype64.h) and queues kernels with metadata
+// from ATen's meta functions (Note [Asynchronous kernels]).
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include "../NeuronAllocator.h"
 #include "../NeuronCommon.h"
+#include "DirectKernels.h"
 #include "SmallMatmul.h"
-#include "ZeroCopy.h"
+#include "../Dtype64.h"
+#include "../HostViews.h"
+#include "../Launch.h"
+#include "../OpTracking.h"
+#include "Generic.h"
+#include "KernelBody.h"
 
 namespace torch_neuron {
 namespace {
@@ -51,7 +58,9 @@ at::Tensor run_direct(const char* name, Functional functional, const Tensors&...
     AllocationRedirect redirect(call.device);
     result = functional(call.to_host(inputs)...);
   }
-  return call.to_device(result);
+  result = call.to_device(result);
+  note_launch(LaunchPath::kDirect, name, call.device, LaunchOperands::of(operand_pointers(inputs...), result));
+  return result;
 }
 
 // The out= kernel writes into the host view of `out`, whose device tensor then takes the
@@ -69,6 +78,7 @@ at::Tensor& run_direct_out(const char* name, at::Tensor& out, Kernel kernel, con
     kernel(out_view, call.to_host(inputs)...);
   }
   call.sync_argument(out, out_view);
+  note_launch(LaunchPath::kDirect, name, call.device, LaunchOperands::of(operand_pointers(inputs...), out));
   return out;
 }
 
@@ -89,7 +99,7 @@ at::Tensor run_generic(const c10::OperatorHandle& op, const Args&... args) {
   static TrackedOp tracked(overload[0] ? schema_name "." overload : schema_name, KernelPath::kHot); \
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(schema_name, overload)
 
-// Functional hot ops: `at::cpu::` kernel on the direct path, the generic path otherwise.
+// Functional hot ops: the direct kernel on the direct path, the generic path otherwise.
 #define NEURON_HOT_FUNCTIONAL(schema_name, overload, function, signature, cpu_call, ...)          \
   at::Tensor function signature {                                                                \
     NEURON_OP(schema_name, overload);                                                            \
@@ -106,34 +116,32 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   NEURON_OP("aten::mm", "");
   return run_tracked(tracked, [&]() -> at::Tensor {
     if (!direct(self, mat2)) return run_generic(op, self, mat2);
-    if (small_matmul_suits(self, mat2)) {
-      return run_direct("aten::mm", [](const at::Tensor& a, const at::Tensor& b) { return small_matmul(a, b); }, self,
-                        mat2);
-    }
-    return run_direct("aten::mm", [](const at::Tensor& a, const at::Tensor& b) { return at::cpu::mm(a, b); }, self, mat2);
+    const bool small = small_matmul_suits(self, mat2);  // the probe, outside the redirect
+    return run_direct("aten::mm", [small](const at::Tensor& a, const at::Tensor& b) { return direct::mm(a, b, small); },
+                      self, mat2);
   });
 }
 NEURON_HOT_FUNCTIONAL("aten::bmm", "", bmm, (const at::Tensor& self, const at::Tensor& mat2),
-                      [](const at::Tensor& a, const at::Tensor& b) { return at::cpu::bmm(a, b); }, self, mat2)
+                      direct::bmm, self, mat2)
 NEURON_HOT_FUNCTIONAL("aten::mul", "Tensor", mul, (const at::Tensor& self, const at::Tensor& other),
-                      [](const at::Tensor& a, const at::Tensor& b) { return at::cpu::mul(a, b); }, self, other)
+                      direct::mul, self, other)
 NEURON_HOT_FUNCTIONAL("aten::silu", "", silu, (const at::Tensor& self),
-                      [](const at::Tensor& a) { return at::cpu::silu(a); }, self)
+                      direct::silu, self)
 NEURON_HOT_FUNCTIONAL("aten::neg", "", neg, (const at::Tensor& self),
-                      [](const at::Tensor& a) { return at::cpu::neg(a); }, self)
+                      direct::neg, self)
 NEURON_HOT_FUNCTIONAL("aten::rsqrt", "", rsqrt, (const at::Tensor& self),
-                      [](const at::Tensor& a) { return at::cpu::rsqrt(a); }, self)
+                      direct::rsqrt, self)
 NEURON_HOT_FUNCTIONAL("aten::cos", "", cos, (const at::Tensor& self),
-                      [](const at::Tensor& a) { return at::cpu::cos(a); }, self)
+                      direct::cos, self)
 NEURON_HOT_FUNCTIONAL("aten::sin", "", sin, (const at::Tensor& self),
-                      [](const at::Tensor& a) { return at::cpu::sin(a); }, self)
+                      direct::sin, self)
 
 // Hot ops with non-tensor arguments: written out in full.
 at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   NEURON_OP("aten::add", "Tensor");
   return run_tracked(tracked, [&]() -> at::Tensor {
     if (direct(self, other)) {
-      return run_direct("aten::add", [&](const at::Tensor& a, const at::Tensor& b) { return at::cpu::add(a, b, alpha); },
+      return run_direct("aten::add", [&](const at::Tensor& a, const at::Tensor& b) { return direct::add(a, b, alpha); },
                         self, other);
     }
     return run_generic(op, self, other, alpha);
@@ -144,7 +152,7 @@ at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar
   NEURON_OP("aten::sub", "Tensor");
   return run_tracked(tracked, [&]() -> at::Tensor {
     if (direct(self, other)) {
-      return run_direct("aten::sub", [&](const at::Tensor& a, const at::Tensor& b) { return at::cpu::sub(a, b, alpha); },
+      return run_direct("aten::sub", [&](const at::Tensor& a, const at::Tensor& b) { return direct::sub(a, b, alpha); },
                         self, other);
     }
     return run_generic(op, self, other, alpha);
@@ -155,7 +163,7 @@ at::Tensor softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
   NEURON_OP("aten::_softmax", "");
   return run_tracked(tracked, [&]() -> at::Tensor {
     if (direct(self)) {
-      return run_direct("aten::_softmax", [&](const at::Tensor& a) { return at::cpu::_softmax(a, dim, half_to_float); },
+      return run_direct("aten::_softmax", [&](const at::Tensor& a) { return direct::softmax(a, dim, half_to_float); },
                         self);
     }
     return run_generic(op, self, dim, half_to_float);
@@ -165,7 +173,7 @@ at::Tensor softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
 at::Tensor pow_scalar(const at::Tensor& self, const at::Scalar& exponent) {
   NEURON_OP("aten::pow", "Tensor_Scalar");
   return run_tracked(tracked, [&]() -> at::Tensor {
-    if (direct(self)) return run_direct("aten::pow", [&](const at::Tensor& a) { return at::cpu::pow(a, exponent); }, self);
+    if (direct(self)) return run_direct("aten::pow", [&](const at::Tensor& a) { return direct::pow(a, exponent); }, self);
     return run_generic(op, self, exponent);
   });
 }
@@ -175,7 +183,7 @@ at::Tensor mean_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool ke
   NEURON_OP("aten::mean", "dim");
   return run_tracked(tracked, [&]() -> at::Tensor {
     if (direct(self)) {
-      return run_direct("aten::mean", [&](const at::Tensor& a) { return at::cpu::mean(a, dim, keepdim, dtype); }, self);
+      return run_direct("aten::mean", [&](const at::Tensor& a) { return direct::mean(a, dim, keepdim, dtype); }, self);
     }
     return run_generic(op, self, dim, keepdim, dtype);
   });
@@ -185,7 +193,7 @@ at::Tensor argmax(const at::Tensor& self, std::optional<int64_t> dim, bool keepd
   NEURON_OP("aten::argmax", "");
   return run_tracked(tracked, [&]() -> at::Tensor {
     if (direct(self)) {
-      return run_direct("aten::argmax", [&](const at::Tensor& a) { return at::cpu::argmax(a, dim, keepdim); }, self);
+      return run_direct("aten::argmax", [&](const at::Tensor& a) { return direct::argmax(a, dim, keepdim); }, self);
     }
     return run_generic(op, self, dim, keepdim);
   });
@@ -206,9 +214,11 @@ at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
       at::Tensor result;
       {
         AllocationRedirect redirect(call.device);
-        result = at::cpu::cat(views, dim);
+        result = direct::cat(views, dim);
       }
-      return call.to_device(result);
+      result = call.to_device(result);
+      note_launch(LaunchPath::kDirect, "aten::cat", call.device, LaunchOperands::of_tensors(list, result));
+      return result;
     }
     return run_generic(op, list, dim);
   });
@@ -219,7 +229,7 @@ at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& i
   return run_tracked(tracked, [&]() -> at::Tensor {
     if (runtime().launch_blocking()) {
       return run_direct("aten::index_select",
-                        [&](const at::Tensor& a, const at::Tensor& i) { return at::cpu::index_select(a, dim, i); },
+                        [&](const at::Tensor& a, const at::Tensor& i) { return direct::index_select(a, dim, i); },
                         self, index);
     }
     return run_generic(op, self, dim, index);
@@ -232,8 +242,9 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
     if (runtime().launch_blocking()) {
       HostCall call;
       call.device = self.device().index();
+      note_launch(LaunchPath::kDirect, "aten::fill_", call.device, LaunchOperands::of_tensors({}, self));
       at::Tensor view = call.to_host(self);
-      at::cpu::fill_(view, value);
+      direct::fill_(view, value);
       return self;
     }
     run_generic_stack(op, self, value);
@@ -255,67 +266,68 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
 #define GENERIC_ARGS self, other, alpha, out
 NEURON_HOT_OUT("aten::add", "out", add_out,
                (const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha, at::Tensor& out),
-               [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::add_out(o, a, b, alpha); },
+               [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { direct::add_out(o, a, b, alpha); },
                self, other)
 NEURON_HOT_OUT("aten::sub", "out", sub_out,
                (const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha, at::Tensor& out),
-               [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::sub_out(o, a, b, alpha); },
+               [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { direct::sub_out(o, a, b, alpha); },
                self, other)
 #undef GENERIC_ARGS
 #define GENERIC_ARGS self, other, out
 NEURON_HOT_OUT("aten::mul", "out", mul_out, (const at::Tensor& self, const at::Tensor& other, at::Tensor& out),
-               [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::mul_out(o, a, b); }, self, other)
+               direct::mul_out, self, other)
 NEURON_HOT_OUT("aten::div", "out", div_out, (const at::Tensor& self, const at::Tensor& other, at::Tensor& out),
-               [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::div_out(o, a, b); }, self, other)
+               direct::div_out, self, other)
 #undef GENERIC_ARGS
 #define GENERIC_ARGS self, mat2, out
 NEURON_HOT_OUT("aten::mm", "out", mm_out, (const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out),
-               [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::mm_out(o, a, b); }, self, mat2)
+               [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { direct::mm_out(o, a, b, /*small=*/false); },
+               self, mat2)
 NEURON_HOT_OUT("aten::bmm", "out", bmm_out, (const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out),
-               [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::cpu::bmm_out(o, a, b); }, self, mat2)
+               direct::bmm_out, self, mat2)
 #undef GENERIC_ARGS
 #define GENERIC_ARGS self, mat1, mat2, beta, alpha, out
 NEURON_HOT_OUT("aten::addmm", "out", addmm_out,
                (const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
                 const at::Scalar& alpha, at::Tensor& out),
                [&](at::Tensor& o, const at::Tensor& s, const at::Tensor& a, const at::Tensor& b) {
-                 at::cpu::addmm_out(o, s, a, b, beta, alpha);
+                 direct::addmm_out(o, s, a, b, beta, alpha);
                },
                self, mat1, mat2)
 #undef GENERIC_ARGS
 #define GENERIC_ARGS self, out
 NEURON_HOT_OUT("aten::silu", "out", silu_out, (const at::Tensor& self, at::Tensor& out),
-               [](at::Tensor& o, const at::Tensor& a) { at::cpu::silu_out(o, a); }, self)
+               direct::silu_out, self)
 NEURON_HOT_OUT("aten::neg", "out", neg_out, (const at::Tensor& self, at::Tensor& out),
-               [](at::Tensor& o, const at::Tensor& a) { at::cpu::neg_out(o, a); }, self)
+               direct::neg_out, self)
 NEURON_HOT_OUT("aten::rsqrt", "out", rsqrt_out, (const at::Tensor& self, at::Tensor& out),
-               [](at::Tensor& o, const at::Tensor& a) { at::cpu::rsqrt_out(o, a); }, self)
+               direct::rsqrt_out, self)
 NEURON_HOT_OUT("aten::sin", "out", sin_out, (const at::Tensor& self, at::Tensor& out),
-               [](at::Tensor& o, const at::Tensor& a) { at::cpu::sin_out(o, a); }, self)
+               direct::sin_out, self)
 NEURON_HOT_OUT("aten::cos", "out", cos_out, (const at::Tensor& self, at::Tensor& out),
-               [](at::Tensor& o, const at::Tensor& a) { at::cpu::cos_out(o, a); }, self)
+               direct::cos_out, self)
 #undef GENERIC_ARGS
 #define GENERIC_ARGS self, dim, half_to_float, out
 NEURON_HOT_OUT("aten::_softmax", "out", softmax_out,
                (const at::Tensor& self, int64_t dim, bool half_to_float, at::Tensor& out),
-               [&](at::Tensor& o, const at::Tensor& a) { at::cpu::_softmax_out(o, a, dim, half_to_float); }, self)
+               [&](at::Tensor& o, const at::Tensor& a) { direct::softmax_out(o, a, dim, half_to_float); }, self)
 #undef GENERIC_ARGS
 #define GENERIC_ARGS self, exponent, out
 NEURON_HOT_OUT("aten::pow", "Tensor_Scalar_out", pow_out,
                (const at::Tensor& self, const at::Scalar& exponent, at::Tensor& out),
-               [&](at::Tensor& o, const at::Tensor& a) { at::cpu::pow_out(o, a, exponent); }, self)
+               [&](at::Tensor& o, const at::Tensor& a) { direct::pow_out(o, a, exponent); }, self)
 #undef GENERIC_ARGS
 #define GENERIC_ARGS self, dim, keepdim, dtype, out
 NEURON_HOT_OUT("aten::mean", "out", mean_out,
                (const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                 std::optional<at::ScalarType> dtype, at::Tensor& out),
-               [&](at::Tensor& o, const at::Tensor& a) { at::cpu::mean_out(o, a, dim, keepdim, dtype); }, self)
+               [&](at::Tensor& o, const at::Tensor& a) { direct::mean_out(o, a, dim, keepdim, dtype); }, self)
 #undef GENERIC_ARGS
 #define GENERIC_ARGS condition, self, other, out
 NEURON_HOT_OUT("aten::where", "self_out", where_out,
                (const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other, at::Tensor& out),
                [](at::Tensor& o, const at::Tensor& c, const at::Tensor& a, const at::Tensor& b) {
-                 at::cpu::where_out(o, c, a, b);
+                 direct::where_out(o, c, a, b);
                },
                condition, self, other)
 #undef GENERIC_ARGS
@@ -335,9 +347,10 @@ at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& 
       at::Tensor out_view = call.to_host(out);
       {
         AllocationRedirect redirect(call.device);
-        at::cpu::cat_out(out_view, views, dim);
+        direct::cat_out(out_view, views, dim);
       }
       call.sync_argument(out, out_view);
+      note_launch(LaunchPath::kDirect, "aten::cat.out", call.device, LaunchOperands::of_tensors(list, out));
       return out;
     }
     run_generic_stack(op, list, dim, out);

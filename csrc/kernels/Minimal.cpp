@@ -1,6 +1,6 @@
 // The minimal kernel set of the neuron backend: tensor creation, copies between
 // host and device, resize/set, views, reading a scalar. Everything else is
-// computed by ATen's CPU kernels on device memory (ZeroCopy.h, Hot.cpp).
+// computed by ATen's CPU kernels on device memory (Note [Host views], Hot.cpp).
 #include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
@@ -17,7 +17,12 @@
 
 #include "../NeuronAllocator.h"
 #include "../NeuronCommon.h"
-#include "ZeroCopy.h"
+#include "../Dtype64.h"
+#include "../HostViews.h"
+#include "../Launch.h"
+#include "../OpTracking.h"
+#include "Generic.h"
+#include "KernelBody.h"
 #include "runtime/memory.h"
 
 #include <cstring>
@@ -105,6 +110,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   // the call, for every path below (the plain DMA copy included, and queued copies).
   at::assert_no_internal_overlap(dst);
   at::assert_no_partial_overlap(dst, self);
+  // One launch per copy, whichever way below it is made (Note [Launches]).
+  note_launch(LaunchPath::kCopy, "aten::copy_", to_device ? dst.device().index() : self.device().index(),
+              LaunchOperands::of_tensors(self, dst));
   const bool plain = self.dtype() == dst.dtype() && self.is_contiguous() && dst.is_contiguous() &&
                      self.sizes() == dst.sizes() && self.is_conj() == dst.is_conj() &&
                      self.is_neg() == dst.is_neg();
@@ -256,6 +264,7 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   counter.hit();
   HostCall call;
   call.device = run_here_on(self.device().index());  // a sync point
+  note_launch(LaunchPath::kCopy, "aten::_local_scalar_dense", call.device);  // a device-to-host read
   return at::native::_local_scalar_dense_cpu(call.to_host(self));
 }
 

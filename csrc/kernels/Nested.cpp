@@ -1,6 +1,6 @@
 // Note [Nested tensors]
 // Nested tensors of the strided layout (NestedTensorImpl: one buffer, and per-component
-// sizes, strides and offsets held as CPU tensors) run on the zero-copy path (ZeroCopy.cpp): a
+// sizes, strides and offsets held as CPU tensors) run on the zero-copy path (kernels/Generic.cpp): a
 // neuron nested tensor becomes a CPU nested tensor over a host view of its buffer, the CPU's
 // nested kernel (NestedTensorCPU) runs, and a nested result comes back over device memory
 // with its metadata. nn.TransformerEncoder's and nn.MultiheadAttention's fast paths (eval,
@@ -17,7 +17,10 @@
 #include <torch/library.h>
 
 #include "../OpTracking.h"
-#include "ZeroCopy.h"
+#include "../HostViews.h"
+#include "../Launch.h"
+#include "Generic.h"
+#include "KernelBody.h"
 
 namespace torch_neuron {
 namespace {
@@ -56,7 +59,7 @@ TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
 }
 
 // Every aten op with a NestedTensorCPU kernel and a CompositeImplicitAutograd one
-// (tests/test_nested.py checks the list against the installed PyTorch).
+// (tests/kernels/test_nested.py checks the list against the installed PyTorch).
 TORCH_LIBRARY_IMPL(aten, NestedTensorPrivateUse1, m) {
   m.impl("_to_copy", TORCH_FN(nested_to_copy));
   for (const char* name : {"linear", "matmul", "matmul.out", "chunk", "narrow", "silu_backward",

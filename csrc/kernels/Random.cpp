@@ -22,7 +22,13 @@
 
 #include "../NeuronCommon.h"
 #include "../NeuronGenerator.h"
-#include "ZeroCopy.h"
+#include "../Dtype64.h"
+#include "../HostViews.h"
+#include "../Launch.h"
+#include "../OpTracking.h"
+#include "Generic.h"
+#include "KernelBody.h"
+#include "PhiloxNumbers.h"
 
 namespace torch_neuron {
 
@@ -37,80 +43,10 @@ namespace {
 
 namespace templates = at::native::templates;
 using Generator = std::optional<at::Generator>;
-
-// ---- numbers ---------------------------------------------------------------------------------
-
-// Word `word` of Philox subsequence `subsequence` under key `seed` (ATen's Philox4x32-10:
-// one 128-bit block per 4 words).
-uint32_t philox_word(uint64_t seed, uint64_t subsequence, uint64_t word) {
-  at::philox_engine engine(seed, subsequence, word / 4);
-  for (uint64_t skip = word % 4; skip > 0; --skip) engine();
-  return engine();
-}
-
-// The numbers of elements [first, first + count) of one op (count <= kChunk): row k holds
-// each element's k-th number, computed for the whole chunk the first time an element asks
-// for it (one Philox block per 4 elements); numbers past kRows are computed one by one
-// (rejection samplers: gamma, Poisson, binomial).
-class ChunkDraws {
- public:
-  static constexpr int64_t kChunk = 256;
-  static constexpr uint32_t kRows = 4;
-
-  ChunkDraws(const PhiloxDraws& draws, int64_t first, int64_t count) : draws_(draws), first_(first), count_(count) {}
-
-  uint32_t word(uint32_t subsequence, int64_t index) {
-    if (subsequence >= kRows) return philox_word(draws_.seed, subsequence, draws_.offset + first_ + index);
-    if (!(ready_ & (1u << subsequence))) fill(subsequence);
-    return rows_[subsequence][index];
-  }
-
- private:
-  void fill(uint32_t subsequence) {
-    const uint64_t word = draws_.offset + uint64_t(first_);
-    at::philox_engine engine(draws_.seed, subsequence, word / 4);
-    for (uint64_t skip = word % 4; skip > 0; --skip) engine();
-    for (int64_t i = 0; i < count_; ++i) rows_[subsequence][i] = engine();
-    ready_ |= 1u << subsequence;
-  }
-
-  PhiloxDraws draws_;
-  int64_t first_, count_;
-  uint32_t ready_ = 0;
-  uint32_t rows_[kRows][kChunk];
-};
-
-// The source of numbers of one element, in the interface ATen's distributions draw from
-// (random(), random64()); it keeps no normal sample between elements.
-struct ElementDraws {
-  ChunkDraws* chunk;
-  int64_t index;
-  uint32_t next = 0;
-  uint32_t random() { return chunk->word(next++, index); }
-  uint64_t random64() {
-    const uint64_t low = random();
-    return (uint64_t(random()) << 32) | low;
-  }
-};
-
-// Writes value(element's draws, i) to every element i (row-major) of host tensor `out`.
-// The result does not depend on how the elements are split among threads.
-template <typename scalar_t, typename Value>
-void fill_elements(const at::Tensor& out, const PhiloxDraws& draws, const Value& value) {
-  const at::Tensor target = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
-  scalar_t* data = target.mutable_data_ptr<scalar_t>();
-  at::parallel_for(0, target.numel(), 16 * ChunkDraws::kChunk, [&](int64_t begin, int64_t end) {
-    for (int64_t first = begin; first < end; first += ChunkDraws::kChunk) {
-      const int64_t count = std::min(ChunkDraws::kChunk, end - first);
-      ChunkDraws chunk(draws, first, count);
-      for (int64_t j = 0; j < count; ++j) {
-        ElementDraws rng{&chunk, j};
-        data[first + j] = value(rng, first + j);
-      }
-    }
-  });
-  if (!target.is_same(out)) out.copy_(target);
-}
+using philox::ChunkDraws;
+using philox::ElementDraws;
+using philox::fill_elements;
+using philox::philox_word;
 
 // ---- where an op runs ------------------------------------------------------------------------
 
@@ -143,13 +79,14 @@ using Body = std::function<void(const std::vector<at::Tensor>& host, const Philo
 void draw(const char* name, const std::vector<at::Tensor>& operands, const Generator& generator, Body body) {
   const at::Tensor& out = operands[0];
   const c10::DeviceIndex device = random_device(out);
-  const PhiloxDraws draws = reserve_draws(generator, device, uint64_t(out.numel()));
   if (out.device().type() != kNeuron) {
-    body(operands, draws);
+    body(operands, reserve_draws(generator, device, uint64_t(out.numel())));
     return;
   }
+  // Operands checked before the words are taken: a refused call leaves the generator as it was.
   DeviceCheck check;
   for (const at::Tensor& t : operands) check.add(t, name);
+  const PhiloxDraws draws = reserve_draws(generator, device, uint64_t(out.numel()));
   HostCall call;
   call.device = device;
   std::vector<at::Tensor> views;
@@ -160,8 +97,10 @@ void draw(const char* name, const std::vector<at::Tensor>& operands, const Gener
   }
   if (!asynchronous() || runs_at_call_when_idle(bytes, device)) {
     body(views, draws);
+    note_launch(LaunchPath::kDirect, name, device, LaunchOperands::of_tensors(c10::ArrayRef<at::Tensor>(operands).slice(1), out));
     return;
   }
+  note_launch(LaunchPath::kQueued, name, device, LaunchOperands::of_tensors(c10::ArrayRef<at::Tensor>(operands).slice(1), out));
   enqueue_views(call, [body = std::move(body), views, draws]() { body(views, draws); });
 }
 
@@ -745,6 +684,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("rrelu_with_noise", TORCH_FN(neuron_rrelu_with_noise));
   m.impl("rrelu_with_noise_", TORCH_FN(neuron_rrelu_with_noise_));
   m.impl("rrelu_with_noise.out", TORCH_FN(neuron_rrelu_with_noise_out));
+}
+
+// Shapes of the random ops PyTorch ships without a meta kernel. Without them FakeTensor runs the
+// real kernel while a graph is traced, taking words from the device's generator: the first
+// call of a compiled graph would then not draw what the same call draws after manual_seed.
+at::Tensor binomial_meta(const at::Tensor& count, const at::Tensor&, std::optional<at::Generator>) {
+  return at::empty_like(count, at::MemoryFormat::Contiguous);
+}
+at::Tensor sample_dirichlet_meta(const at::Tensor& alpha, std::optional<at::Generator>) {
+  return at::empty_like(alpha, at::MemoryFormat::Contiguous);
+}
+TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("binomial", TORCH_FN(binomial_meta));
+  m.impl("_sample_dirichlet", TORCH_FN(sample_dirichlet_meta));
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell, packed or not) compute each step on the CPU with
 // plain ops, but on CUDA, XPU and PrivateUse1 devices with the fused cell ops
 // _thnn_fused_lstm_cell / _thnn_fused_gru_cell, which have CUDA kernels and no CPU kernel.
-// Without these kernels a neuron tensor would reach the generic path (ZeroCopy.cpp), which
+// Without these kernels a neuron tensor would reach the generic path (kernels/Generic.cpp), which
 // runs the CPU kernel and fails ("Could not run ... with arguments from the 'CPU' backend").
 //
 // The kernels below follow CUDA's contract (aten/src/ATen/native/cuda/RNN.cu), so the
@@ -34,7 +34,12 @@
 #include <torch/library.h>
 
 #include "../NeuronCommon.h"
-#include "ZeroCopy.h"
+#include "../Dtype64.h"
+#include "../HostViews.h"
+#include "../Launch.h"
+#include "../OpTracking.h"
+#include "Generic.h"
+#include "KernelBody.h"
 
 namespace torch_neuron {
 namespace {

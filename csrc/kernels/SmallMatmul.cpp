@@ -432,10 +432,10 @@ int64_t probe(int64_t m, int64_t k, int64_t n) {
 // current intra-op thread count; 0: keep at::mm.
 int64_t kernel_depth(int64_t m, int64_t k, int64_t n) {
   // torch.backends.mkldnn.flags(enabled=False): at::mm then avoids oneDNN, and ATen's brgemm
-  // refuses to run (review 15, finding 1). Checked on every call, before the CPU's side.
+  // refuses to run. Checked on every call, before the CPU's side.
   if (!size_rule(m, k, n) || !at::globalContext().userEnabledMkldnn() || !cpu_supported()) return 0;
   // oneDNN's matmul splits some shapes' sums among its threads, so at::mm's bits depend on the
-  // intra-op thread count (review 15, finding 2: 32x768x31 at 1 thread and at 2); the kernel's
+  // intra-op thread count (32x768x31 sums differently at 1 thread and at 2); the kernel's
   // do not. A verdict holds for one thread count: the current thread's, as at::mm would use.
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
   const Key key{m, k, n, int64_t(at::get_num_threads())};
@@ -445,7 +445,7 @@ int64_t kernel_depth(int64_t m, int64_t k, int64_t n) {
   // One probe per key, run outside the table's lock: a probe of a large shape takes up to
   // ~0.1 s, and calls on other shapes need not wait for it. A verdict is stored only when it
   // is reliable: oneDNN stayed on during the probe (another thread may turn it off for a
-  // moment: at::mm then sums another way, or brgemm throws; review 15b, finding 2), and a
+  // moment: at::mm then sums another way, or brgemm throws), and a
   // "no" is confirmed by a second probe. An unreliable one answers "no" for this call only.
   struct Verdict {
     std::mutex mutex;
@@ -543,7 +543,7 @@ void small_matmul(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
       if (run_if_layout_fits(out, a, b, depth)) return;
     } catch (const c10::Error&) {
       // ATen's brgemm checks oneDNN's flag on every call: another thread turned it off after
-      // our check (review 15b, finding 1). at::mm computes it instead (out overlaps neither
+      // our check. at::mm computes it instead (out overlaps neither
       // input and is rewritten whole).
     }
   }

@@ -5,7 +5,7 @@
 // weights at one token). The arithmetic inside that primitive is oneDNN's brgemm micro-kernel
 // (AMX tiles where the CPU has them, else vdpbf16ps on AVX512-BF16), and ATen exports that kernel
 // directly (at::native::cpublas::brgemm, the one Inductor's CPU templates call), cached per
-// shape. Eager mm (kernels/Hot.cpp on its direct path, kernels/ZeroCopy.cpp when queued in
+// shape. Eager mm (kernels/Hot.cpp on its direct path, kernels/Generic.cpp when queued in
 // asynchronous mode) and programs (compile/Executor.cpp) run a bfloat16 matmul with at most 32
 // rows of activations through it, in one of two forms (small_matmul_form()):
 // - transposed (AMX): out^T = w @ a^T, so that the weight is the kernel's A operand, read where

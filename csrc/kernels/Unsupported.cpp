@@ -5,7 +5,7 @@
 //    are dense and strided.
 // Two ways reach them: an op whose CPU kernel returns such a tensor (quantize_per_tensor of
 // a neuron tensor, to_sparse, ...), checked where the generic path adopts a result
-// (check_device_can_hold, ZeroCopy.h); and an op dispatched for a quantized or sparse neuron
+// (check_device_can_hold, HostViews.h); and an op dispatched for a quantized or sparse neuron
 // tensor that does not exist yet (torch.empty(..., dtype=torch.qint8, device="neuron"),
 // .to("neuron") of a quantized or sparse CPU tensor), refused by the fallbacks below for the
 // dispatch keys QuantizedPrivateUse1, SparsePrivateUse1 and SparseCsrPrivateUse1.
@@ -13,7 +13,10 @@
 #include <torch/library.h>
 
 #include "../OpTracking.h"
-#include "ZeroCopy.h"
+#include "../HostViews.h"
+#include "../Launch.h"
+#include "Generic.h"
+#include "KernelBody.h"
 
 namespace torch_neuron {
 

@@ -21,30 +21,12 @@ import torch  # noqa: E402
 
 from . import _C  # noqa: F401  (loads the bridge: allocator, guard, hooks, kernels)
 from . import neuron as _neuron_module
+from . import op_set as _op_set
+from .op_set import FILE as _OP_SET_FILE, read as _read_op_set  # noqa: F401  (tests/test_op_tracking.py reads with them)
 
-_OP_SET_FILE = os.path.join(os.path.dirname(__file__), "data", "torchneuron_ops.txt")
-
-
-def _read_op_set(path):
-    """The [device] and [cpu] sections of the op-set file (Note [Op tracking])."""
-    sections, current = {"device": [], "cpu": []}, None
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            if line.startswith("["):
-                current = line.strip("[]")
-                if current not in sections:
-                    raise ValueError(f"{path}:{number}: unknown section [{current}] (expected [device] or [cpu])")
-            elif current is None:
-                raise ValueError(f"{path}:{number}: op names before the first [device] or [cpu] section")
-            else:
-                sections[current].extend(line.split())
-    return sections["device"], sections["cpu"]
-
-
-_C._set_torchneuron_op_set(*_read_op_set(_OP_SET_FILE))
+_C._set_torchneuron_op_set(*_op_set.sections())
+# Note [Device clock]: the platforms' constants, each with its source; NEURON_SIM_DEVICE_CLOCK=0 turns it off.
+_C._start_device_clock(os.path.join(os.path.dirname(__file__), "data", "platforms.toml"))
 
 from . import compile as _compile  # noqa: E402
 

@@ -44,7 +44,7 @@ def process_device():
 # closed. Every rank makes the default group the same number of times, so the members of any
 # group agree on its prefix. (A count per group name would not do: new_group() names a group
 # on every rank, but only its members make it, so a name first used for a group without this
-# rank would later get different counts on its members: review 11, finding 3.)
+# rank would later get different counts on its members.)
 _session = 0
 
 

@@ -2,7 +2,8 @@
 simulated Neuron device of torch-neuron-sim. `import torch_neuronx` registers the
 "neuron" device (also loaded automatically through the torch.backends entry point).
 
-Names of our own, not in AWS's package: is_simulated(), get_op_counts(), neff_cache_dir()."""
+Names of our own, not in AWS's package: is_simulated(), get_op_counts(), neff_cache_dir(),
+device_time()."""
 
 
 def _autoload():
@@ -36,7 +37,7 @@ __all__ = [
     "reset_accumulated_memory_stats", "memory_summary", "get_fallback_ops", "get_executed_ops",
     "clear_op_tracking", "get_dynamo_metrics", "reset_dynamo_metrics", "NeuronCompilationMetrics",
     "nki_op", "wrap_nki", "NeuronProfiler", "is_neuron_runtime_initialized", "metrics",
-    "is_simulated", "get_op_counts", "neff_cache_dir",
+    "is_simulated", "get_op_counts", "neff_cache_dir", "device_time",
 ]
 
 
@@ -46,6 +47,26 @@ def neff_cache_dir():
     cache])."""
     from torch_neuron_sim.compile import cache
     return cache.directory()
+
+
+def device_time(device=None):
+    """The predicted Trainium time of the work issued so far on `device` (default: the current
+    neuron device), in **milliseconds** since the process started: the latest end among the
+    device's streams on the device clock (docs/device-clock.md; Note [Device clock]). The
+    difference of two readings is the predicted device time of the work issued between them.
+    Predictions exist as soon as work is issued: no synchronize() is needed (on a real device
+    one would synchronize before reading a clock). Raises RuntimeError when the clock is off
+    (NEURON_SIM_DEVICE_CLOCK=0)."""
+    if device is None:
+        index = -1
+    elif isinstance(device, int):
+        index = device
+    else:
+        device = torch.device(device)
+        if device.type != "neuron":
+            raise ValueError(f"device_time() needs a neuron device, got {device}")
+        index = -1 if device.index is None else device.index
+    return _sim._C._device_time_ns(index) / 1e6
 
 
 def is_neuron_runtime_initialized():

@@ -114,7 +114,7 @@ TEST(Program, DecodeRejectsIndicesThatPointNowhere) {
 }
 
 // Well-sealed but wrong programs (a writer's bug, an older writer): tensors larger than the
-// memory under them are refused, never executed (review 8, finding 11).
+// memory under them are refused, never executed.
 TEST(Program, DecodeRejectsTensorsLargerThanTheirMemory) {
   EXPECT_NO_THROW(decode_program(encode_program(sample_program())));
   auto rejected = [](const ProgramDesc& p) {

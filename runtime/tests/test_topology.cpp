@@ -55,3 +55,12 @@ TEST(Topology, BadSettingsNameTheSetting) {
   expect_error({{"NEURON_SIM_PLATFORM", "trn1"}, {"NEURON_LOGICAL_NC_CONFIG", "2"}}, "trn1");
   expect_error({{"NEURON_LOGICAL_NC_CONFIG", "3"}}, "must be 1 or 2");
 }
+
+TEST(Topology, Trn3HasFourLogicalCoresOf36GiBPerChip) {
+  std::map<std::string, std::string> env{{"NEURON_SIM_PLATFORM", "trn3"}};
+  Topology topology = Topology::from_environment(&env);
+  EXPECT_EQ(topology.platform_name(), "trn3");
+  EXPECT_EQ(topology.logical_nc_config, 2);
+  ASSERT_EQ(topology.visible.size(), 4u);
+  EXPECT_EQ(topology.visible[0].hbm_bytes, 36ull << 30);
+}

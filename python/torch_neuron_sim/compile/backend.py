@@ -17,42 +17,39 @@ import logging
 import os
 import threading
 import time
-import unittest.mock
 import warnings
 from typing import Any
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.utils import counters
-from torch._functorch._aot_autograd import autograd_cache
 from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
 from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._inductor.output_code import OutputCode
 
-from .. import _C
-from .. import dynamo_metrics
-from . import cache, debug, passes
+from .. import _C, dynamo_metrics, op_set
+from . import cache, debug, passes, torch_patches
 from .lowering import lower
 
 log = logging.getLogger("torch_neuronx")
 
 # Note [Caching past AOTAutograd]
-# A warm start (a new process whose program cache is filled) used to trace the graph again
-# through Dynamo and AOTAutograd and then find the program by its key: on the small decode
-# benchmark AOTAutograd was about a third of that first call. AOTAutograd keeps its own cache
-# of what it made of a Dynamo graph (runtime wrappers, input mutations, output aliasing, the
-# forward/backward split) when the compilers return an OutputCode that it can store. Ours,
-# NeuronProgramCode, stores the program's key and output layout; the program stays in our
-# checked program cache and is loaded in post_compile. If it is gone or damaged there, the
-# entry is bypassed and the graph compiles again. Two departures from AOTAutograd's defaults,
-# both only while our backend compiles:
-# - the key is cache.dynamo_graph_key, not AOTAutograd's own key function: that one imports
-#   all of Inductor's code generators and hashes torch's sources (about 1.5 s per process,
-#   more than the warm start saves). Ours covers what AOTAutograd's covers for such a graph
-#   (graph and subgraph code, input metadata, which inputs share storage, constants, grad
-#   mode, autocast, deterministic algorithms, AOTAutograd's config) plus our compiler's
-#   identity; AOTAutograd's check_cacheable still rejects graphs that call Python functions.
+# A warm start (a new process whose program cache is filled) skips AOTAutograd as well as our
+# passes (without this, AOTAutograd is about a third of the small decode benchmark's warm first
+# call): AOTAutograd keeps its own cache of what it made of a Dynamo graph (runtime wrappers,
+# input mutations, output aliasing, the forward/backward split) when the compilers return an
+# OutputCode that it can store. Ours, NeuronProgramCode, stores the program's key and output
+# layout; the program stays in our checked program cache and is loaded in post_compile. If it
+# is gone or damaged there, the entry is bypassed and the graph compiles again. Two departures
+# from AOTAutograd's defaults, both only while our backend compiles:
+# - the key is cache.dynamo_graph_key, not AOTAutograd's own key function (patch 3 of Note
+#   [Patches of torch internals], torch_patches.py): that one imports all of Inductor's code
+#   generators and hashes torch's sources (about 1.5 s per process, more than the warm start
+#   saves). Ours covers what AOTAutograd's covers for such a graph (graph and subgraph code,
+#   input metadata, which inputs share storage, constants, grad mode, autocast, deterministic
+#   algorithms, AOTAutograd's config) plus our compiler's identity; AOTAutograd's
+#   check_cacheable still rejects graphs that call Python functions.
 # - the backward graph compiles together with the forward one
 #   (force_non_lazy_backward_lowering), so that the entry is saved with both.
 # The entries live in AOTAutograd's folder (TORCHINDUCTOR_CACHE_DIR, key prefix "aneuron").
@@ -210,16 +207,15 @@ class NeuronProgramCode(OutputCode):
         if self.program is not None:
             return
         started = time.perf_counter_ns()
-        found = cache.lookup(self.key)
+        found = cache.load(self.key, self.device)
         if found is None:  # AOTAutograd's cache then compiles the graph again
             raise BypassAOTAutogradCache(f"program {self.key} of graph {self.name} is not in the program cache "
                                          f"({cache.directory()})")
-        payload, _, _ = found
+        self.program, payload_bytes = found
         context = _active.context
         if context is not None:
             self.name = _graph_name(context, self.graph_type)
-        self.program = _C.Program(payload, self.device)
-        _record_compiled(self, context, payload, started, fx_passes_us=0, lower_us=0, cache_hit=True,
+        _record_compiled(self, context, payload_bytes, started, fx_passes_us=0, lower_us=0, cache_hit=True,
                          compile_us=(time.perf_counter_ns() - started) // 1000)
 
     def set_triton_bundle(self, triton_bundle):
@@ -311,9 +307,9 @@ def _record_graph(name, key, context, nodes, *, has_collectives, fx_passes_us, l
         recompile_reason=context.get("recompile_reason") if context else None, cache_hit=cache_hit))
 
 
-def _record_compiled(code, context, payload, started, *, fx_passes_us, lower_us, compile_us, cache_hit):
+def _record_compiled(code, context, payload_bytes, started, *, fx_passes_us, lower_us, compile_us, cache_hit):
     _C.metrics_record("CompilationCache.CompilationTime", (time.perf_counter_ns() - started) / 1e9)
-    _C.metrics_record("CompilationCache.NeffSize", float(len(payload)))
+    _C.metrics_record("CompilationCache.NeffSize", float(payload_bytes))
     _record_graph(code.name, code.key, context, code.nodes, has_collectives=False, fx_passes_us=fx_passes_us,
                   lower_us=lower_us, compile_us=compile_us, cache_hit=cache_hit)
     log.info("[NEFF_CACHE] Cache %s for key: %s (%s)", "HIT" if cache_hit else "MISS", code.key, code.name)
@@ -345,32 +341,34 @@ def _compile_graph_now(gm, example_inputs, *, context, graph_type):
     started = time.perf_counter_ns()
     device = context["device"]
     key = cache.key_for(gm, example_inputs, graph_type)
-    found = cache.lookup(key)
+    found = cache.load(key, device)
     fx_passes_us = lower_us = 0
-    if found is not None:
-        payload, layout, stats = found
+    if found is not None:  # one call: read, decoded once, built
+        program, payload_bytes = found
+        layout = json.loads(program.metadata["layout"])
+        compile_us = (time.perf_counter_ns() - started) // 1000
     else:
         stats = passes.run_passes(gm, on_device_ops=context["on_device_ops"])
         passed = time.perf_counter_ns()
         fx_passes_us = (passed - started) // 1000
-        program, layout = lower(gm, name, metadata={"model_name": context["model_name"], "graph_type": graph_type,
-                                                    "nodes": stats["nodes"]})
+        desc, layout = lower(gm, name, metadata={"model_name": context["model_name"], "graph_type": graph_type,
+                                                 "nodes": stats["nodes"]})
         try:
-            program["metadata"]["layout"] = json.dumps(layout)
+            desc["metadata"]["layout"] = json.dumps(layout)
         except TypeError:  # an output that is not plain data: this program is not cached
-            program["metadata"]["layout"] = ""
-        payload = _C.encode_program(program)
-        lower_us = (time.perf_counter_ns() - passed) // 1000
-        if program["metadata"]["layout"]:
-            cache.store(key, payload, layout, stats)
+            desc["metadata"]["layout"] = ""
+        lowered = time.perf_counter_ns()
+        lower_us = (lowered - passed) // 1000
+        # one call: checked, built, encoded and stored
+        program, payload_bytes = cache.load_new(key, desc, device, keep=bool(desc["metadata"]["layout"]))
+        compile_us = (time.perf_counter_ns() - lowered) // 1000
         _C.metrics_increment("CompilationCache.TotalCompilations", 1)
-    loaded = time.perf_counter_ns()
     code = NeuronProgramCode(key=key, name=name, graph_type=graph_type, layout=layout, device=device,
-                             nodes=int(stats.get("nodes", 0)), program=_C.Program(payload, device),
+                             nodes=int(program.metadata.get("nodes", 0)), program=program,
                              fallback_gm=gm if context["fallback"] else None)
-    _record_compiled(code, context, payload, started, fx_passes_us=fx_passes_us, lower_us=lower_us,
-                     compile_us=(time.perf_counter_ns() - loaded) // 1000, cache_hit=found is not None)
-    debug.preserve(name, gm, payload)
+    _record_compiled(code, context, payload_bytes, started, fx_passes_us=fx_passes_us, lower_us=lower_us,
+                     compile_us=compile_us, cache_hit=found is not None)
+    debug.preserve(name, gm, program)
     return code
 
 
@@ -402,15 +400,13 @@ def neuron_backend(gm, example_inputs, *, options=None, mode=None):
     torch._dynamo.config.automatic_dynamic_shapes = False
     fallback = _fallback_enabled(options)
     device = _device_of(example_inputs)
-    from .. import _OP_SET_FILE, _read_op_set
-    on_device_ops = set(_read_op_set(_OP_SET_FILE)[0]) - set(_read_op_set(_OP_SET_FILE)[1])
     context = {
         "model_name": str(options.get("model_name") or get_model_name()),
         "aot_id": next(_graph_ids),
         "device": 0 if device is None else device,
         "fallback": fallback,
         "timestamp": f"{time.time():.6f}",
-        "on_device_ops": on_device_ops,
+        "on_device_ops": op_set.on_device(),
         "recompile_reason": _note_recompile(_recompile_reason()),
     }
     if device is None:
@@ -438,7 +434,7 @@ def neuron_backend(gm, example_inputs, *, options=None, mode=None):
                 # AOTAutograd's cache keeps both (a lazily compiled backward is never saved).
                 stack.enter_context(torch._functorch.config.patch(bundled_autograd_cache=True,
                                                                   force_non_lazy_backward_lowering=True))
-                stack.enter_context(unittest.mock.patch.object(autograd_cache, "autograd_cache_key", _aot_cache_key))
+                stack.enter_context(torch_patches.aot_autograd_cache_key(_aot_cache_key))
             else:
                 stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
             return compiler(gm, example_inputs)

@@ -22,7 +22,7 @@ from torch.compiler._cache import CacheArtifact, CacheArtifactFactory, CacheArti
 
 from .. import _C
 
-COMPILER_VERSION = "torch-neuron-sim-compiler-2"
+COMPILER_VERSION = "torch-neuron-sim-compiler-3"
 _cache = None
 
 
@@ -127,28 +127,34 @@ def dynamo_graph_key(gm, example_inputs, aot_config):
     return "aneuron" + digest.hexdigest()[:40]
 
 
-def lookup(key):
-    """(payload, output layout, stats) of a cached program, or None."""
+def load(key, device):
+    """The program cached under `key`, loaded on `device` in one call that decodes it once:
+    (program, payload bytes), or None. Its metadata holds the output layout ("layout", JSON)
+    and the graph's node count ("nodes")."""
     if disabled():
         return None
-    found = program_cache().get(key)
+    found = _C.Program.from_cache(program_cache(), key, device)
     if found is None:
         return None
-    payload, _ = found
-    metadata = _C.describe_program(payload)["metadata"]
-    _record_artifact(key, payload)
-    return payload, json.loads(metadata["layout"]), {"nodes": int(metadata.get("nodes", 0))}
+    program, payload_bytes, sealed = found
+    _record_artifact(key, sealed)
+    return program, payload_bytes
 
 
-def store(key, payload, layout, stats):
-    if disabled():
-        return
-    program_cache().put(key, payload)
-    _record_artifact(key, payload)
+def load_new(key, desc, device, *, keep):
+    """A lowered program (lowering.lower's description) loaded on `device` in one call: checked,
+    built, encoded and, when `keep` and the cache is on, stored under `key`. Returns (program,
+    payload bytes); raises RuntimeError for a description the loader or the executor refuses
+    (then nothing is stored)."""
+    cached = keep and not disabled()
+    program, payload_bytes, sealed = _C.Program.from_desc(desc, device, program_cache() if cached else None, key)
+    if cached:
+        _record_artifact(key, sealed)
+    return program, payload_bytes
 
 
-def _record_artifact(key, payload):
-    CacheArtifactManager.record_artifact(NeuronNeffCacheArtifact.type(), key, _C.seal_program(key, payload))
+def _record_artifact(key, sealed):
+    CacheArtifactManager.record_artifact(NeuronNeffCacheArtifact.type(), key, sealed)
 
 
 @CacheArtifactFactory.register

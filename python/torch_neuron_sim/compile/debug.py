@@ -14,7 +14,8 @@ def _rank():
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def preserve(name, gm, payload):
+def preserve(name, gm, program):
+    """Leaves the artifacts of `program` (a loaded _C.Program) compiled from `gm`, when asked to."""
     if os.environ.get("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "0").strip().lower() not in ("1", "true", "yes"):
         return
     root = os.environ.get("TORCH_NEURONX_DEBUG_DIR", "/tmp/neuron_backend")
@@ -24,6 +25,6 @@ def preserve(name, gm, payload):
     with open(os.path.join(root, "fx_graphs", rank, f"{name}.fx.txt"), "w") as f:
         f.write(gm.print_readable(print_output=False))
     with open(os.path.join(root, "neff", rank, f"{name}.neff"), "wb") as f:
-        f.write(_C.seal_program(name, payload))
+        f.write(_C.seal_program(name, program.payload()))
     with open(os.path.join(root, "program", rank, f"{name}.json"), "w") as f:
-        json.dump(_C.describe_program(payload), f, indent=1)
+        json.dump(program.describe(), f, indent=1)

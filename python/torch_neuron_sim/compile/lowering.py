@@ -8,8 +8,8 @@ Values:
 - every other op's result is a root value: planned in the arena, or an output (a fresh
   buffer per call) when the graph returns it or a view of it; an op that returns one of its
   arguments (in-place, out=) makes no new value.
-The arena plan: each planned root lives from the node that makes it to the last node that
-reads it or a view of it; roots whose lifetimes do not overlap share bytes (best fit)."""
+The arena plan (memory_plan.py): each planned root lives from the node that makes it to the
+last node that reads it or a view of it; roots whose lifetimes do not overlap share bytes."""
 import dataclasses
 import operator
 
@@ -17,13 +17,20 @@ import torch
 from torch.fx import Node
 
 from .. import _C
-from . import fusion
+from . import fusion, memory_plan
 
-# ProgramValue kinds, ProgramArg kinds (runtime/program.h).
-INPUT, CONSTANT, ARENA, OUTPUT, VIEW, DYNAMIC = range(6)
-A_NONE, A_VALUE, A_INT, A_DOUBLE, A_BOOL, A_INTS, A_DOUBLES, A_BOOLS, A_VALUES, A_STRING, A_DEVICE, \
-    A_DTYPE, A_LAYOUT, A_FORMAT = range(14)
-ALIGNMENT = 64
+# The kinds of runtime/program.h, as bound by csrc/compile/Bindings.cpp (Note [The program
+# schema in Python]); kept as plain ints for the description's dicts and tuples.
+_ValueKind, _ArgKind = _C.ProgramValueKind, _C.ProgramArgKind
+INPUT, CONSTANT, ARENA, OUTPUT, VIEW, DYNAMIC = (int(_ValueKind.INPUT), int(_ValueKind.CONSTANT), int(_ValueKind.ARENA),
+                                                 int(_ValueKind.OUTPUT), int(_ValueKind.VIEW), int(_ValueKind.DYNAMIC))
+A_NONE, A_VALUE, A_INT, A_DOUBLE, A_BOOL, A_INTS, A_DOUBLES, A_BOOLS, A_VALUES, A_STRING, A_DEVICE, A_DTYPE, \
+    A_LAYOUT, A_FORMAT = (int(getattr(_ArgKind, name)) for name in (
+        "NONE", "VALUE", "INT", "DOUBLE", "BOOL", "INT_LIST", "DOUBLE_LIST", "BOOL_LIST", "VALUE_LIST", "STRING",
+        "DEVICE", "SCALAR_TYPE", "LAYOUT", "MEMORY_FORMAT"))
+# An argument of these types given as a number (a schema's default, e.g. `ScalarType? dtype=long`
+# is 4) holds c10's code, which is what the argument kind's integer holds.
+_ENUM_ARGUMENTS = {"ScalarType": A_DTYPE, "Layout": A_LAYOUT, "MemoryFormat": A_FORMAT}
 
 aten = torch.ops.aten
 VIEW_OPS = {
@@ -35,13 +42,26 @@ VIEW_OPS = {
     aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default, aten.movedim.int,
 }
 
-_dtype_codes = {}
+_codes = {}
+
+
+def _code(value, code_of):
+    """c10's code of a torch.dtype / layout / memory_format (asked once per value)."""
+    if value not in _codes:
+        _codes[value] = code_of(value)
+    return _codes[value]
 
 
 def dtype_code(dtype):
-    if dtype not in _dtype_codes:
-        _dtype_codes[dtype] = _C.scalar_type_code(dtype)
-    return _dtype_codes[dtype]
+    return _code(dtype, _C.scalar_type_code)
+
+
+def _enum_kind(real_type):
+    """The argument kind of a ScalarType / Layout / MemoryFormat argument (optional or not), else None."""
+    text = str(real_type)
+    if text.startswith("Optional[") and text.endswith("]"):
+        text = text[len("Optional["):-1]
+    return _ENUM_ARGUMENTS.get(text)
 
 
 class LoweringError(RuntimeError):
@@ -114,8 +134,8 @@ class Lowering:
         return self._new_root(ARENA, t)
 
     # ---- nodes ----------------------------------------------------------------------------
-    def _arg(self, value, arg_type):
-        type_text = str(arg_type)
+    def _arg(self, value, argument):
+        type_text = str(argument.type)
         if value is None:
             return (A_NONE, 0, 0.0, [], [], "")
         if isinstance(value, Node):
@@ -123,21 +143,19 @@ class Lowering:
             if isinstance(mapped, int):
                 self._use(mapped)
                 return (A_VALUE, mapped, 0.0, [], [], "")
-            return self._arg(mapped, arg_type)  # a constant Python value made by a node
+            return self._arg(mapped, argument)  # a constant Python value made by a node
         if isinstance(value, torch.dtype):
             return (A_DTYPE, dtype_code(value), 0.0, [], [], "")
         if isinstance(value, torch.layout):
-            return (A_LAYOUT, {torch.strided: 0, torch.sparse_coo: 1}.get(value, 0), 0.0, [], [], "")
+            return (A_LAYOUT, _code(value, _C.layout_code), 0.0, [], [], "")
         if isinstance(value, torch.memory_format):
-            codes = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
-                     torch.channels_last_3d: 3}
-            return (A_FORMAT, codes[value], 0.0, [], [], "")
+            return (A_FORMAT, _code(value, _C.memory_format_code), 0.0, [], [], "")
         if isinstance(value, torch.device):
             return (A_DEVICE, 0, 0.0, [], [], "")
         if isinstance(value, bool):
             return (A_BOOL, int(value), 0.0, [], [], "")
         if isinstance(value, int):
-            return (A_INT, value, 0.0, [], [], "")
+            return (_enum_kind(argument.real_type) or A_INT, value, 0.0, [], [], "")
         if isinstance(value, float):
             return (A_DOUBLE, 0, value, [], [], "")
         if isinstance(value, str):
@@ -159,7 +177,7 @@ class Lowering:
                 return (A_INTS, 0, 0.0, list(value), [], "")
             if all(isinstance(v, (int, float)) for v in value):
                 return (A_DOUBLES, 0, 0.0, [], [float(v) for v in value], "")
-        raise LoweringError(f"an argument of type {type(value).__name__} ({value!r}) for {type_text}")
+        raise LoweringError(f"an argument of type {type(value).__name__} ({value!r}) for {argument.real_type}")
 
     def _use(self, vid):
         root = self._root_of(vid)
@@ -185,7 +203,7 @@ class Lowering:
                 args.append(None)  # the executor passes the device's default generator
             else:
                 raise LoweringError(f"{node.format_node()}: no value for argument {argument.name}")
-        return [self._arg(value, argument.type) for value, argument in zip(args, schema.arguments)]
+        return [self._arg(value, argument) for value, argument in zip(args, schema.arguments)]
 
     def _op_name(self, target):
         schema = target._schema
@@ -354,41 +372,19 @@ class Lowering:
         return out
 
     def _finish(self):
-        # The arena plan: best fit over the lifetimes of the planned roots.
+        # The arena plan (memory_plan.py) of the planned roots: intermediates on the device.
         planned = [vid for vid, v in enumerate(self.values) if v.kind == ARENA and not v.on_host]
         defined = {}
         for position, (_, _, outputs) in enumerate(self.nodes):
             for vid in outputs:
                 if vid >= 0:
                     defined.setdefault(self._root_of(vid), position)
-        free = []         # (offset, size) of free extents
-        ending = {}       # node position -> roots whose last use is there
-        for vid in planned:
-            ending.setdefault(self.last_use.get(vid, defined.get(vid, 0)), []).append(vid)
-        arena_end = 0
-        by_definition = sorted(planned, key=lambda vid: defined.get(vid, 0))
-        next_index = 0
-        for position in range(len(self.nodes) + 1):
-            while next_index < len(by_definition) and defined.get(by_definition[next_index], 0) == position:
-                vid = by_definition[next_index]
-                next_index += 1
-                size = (max(self.values[vid].bytes, 1) + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
-                best = None
-                for i, (offset, extent) in enumerate(free):
-                    if extent >= size and (best is None or extent < free[best][1]):
-                        best = i
-                if best is None:
-                    self.values[vid].index = arena_end
-                    arena_end += size
-                else:
-                    offset, extent = free.pop(best)
-                    self.values[vid].index = offset
-                    if extent > size:
-                        free.append((offset + size, extent - size))
-                self.values[vid].bytes = size
-            for vid in ending.get(position, []):
-                free.append((self.values[vid].index, self.values[vid].bytes))
-                free = _coalesce(free)
+        lifetimes = [memory_plan.Lifetime(self.values[vid].bytes, defined.get(vid, 0),
+                                          self.last_use.get(vid, defined.get(vid, 0))) for vid in planned]
+        arena = memory_plan.plan(lifetimes)
+        for vid, offset, size in zip(planned, arena.offsets, arena.sizes):
+            self.values[vid].index = offset
+            self.values[vid].bytes = size
         return {
             "name": self.name,
             "values": [self._describe(v) for v in self.values],
@@ -396,7 +392,7 @@ class Lowering:
             "constants": self.constants,
             "nodes": [{"op": op, "args": args, "outputs": outputs} for op, args, outputs in self.nodes],
             "outputs": self.outputs,
-            "arena_bytes": arena_end,
+            "arena_bytes": arena.arena_bytes,
             "metadata": {k: str(v) for k, v in self.metadata.items()},
         }
 
@@ -424,19 +420,8 @@ def returned_values(schema, val, node=None):
     return list(zip(returns, results)), "many" if many else "one"
 
 
-def _coalesce(extents):
-    extents.sort()
-    merged = []
-    for offset, size in extents:
-        if merged and merged[-1][0] + merged[-1][1] == offset:
-            merged[-1] = (merged[-1][0], merged[-1][1] + size)
-        else:
-            merged.append((offset, size))
-    return merged
-
-
 def lower(gm, name, metadata=None, device_type="neuron"):
-    """(program dict for _C.encode_program, output layout)."""
+    """(program description for _C.Program.from_desc, output layout)."""
     lowering = Lowering(gm, device_type, name, metadata)
     program = lowering.lower()
     return program, lowering.layout

@@ -422,19 +422,28 @@ def reinplace_input_updates(gm):
 _WITH_GENERATOR = {}
 
 
+def _signature(arguments):
+    """What a call binds to: each argument's name, real type (ScalarType, not int), whether it
+    is keyword-only, and its default."""
+    return [(a.name, str(a.real_type), a.kwarg_only, repr(a.default_value) if a.has_default_value() else None)
+            for a in arguments]
+
+
 def _with_generator(target):
-    """The overload of `target` taking the same arguments and a keyword `generator` (rand ->
-    rand.generator, randint_like.low_dtype -> randint_like.low_generator_dtype), or None."""
+    """The overload of `target` whose arguments are `target`'s (same names, types, keyword-only
+    flags and defaults) plus a keyword `generator` (rand -> rand.generator, randint_like.Tensor
+    -> randint_like.Tensor_generator, not randint_like.generator whose `high` is an int), or None."""
     if target not in _WITH_GENERATOR:
         found = None
         schema = getattr(target, "_schema", None)
         if schema is not None and not any(a.name == "generator" for a in schema.arguments):
-            names = [a.name for a in schema.arguments]
+            signature = _signature(schema.arguments)
             packet = target.overloadpacket
             for overload in packet.overloads():
                 arguments = getattr(packet, overload)._schema.arguments
                 extra = [a for a in arguments if a.name == "generator"]
-                if extra and extra[0].kwarg_only and [a.name for a in arguments if a.name != "generator"] == names:
+                if extra and extra[0].kwarg_only and \
+                        _signature([a for a in arguments if a.name != "generator"]) == signature:
                     found = getattr(packet, overload)
                     break
         _WITH_GENERATOR[target] = found

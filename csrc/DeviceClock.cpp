@@ -1,0 +1,392 @@
+#include "DeviceClock.h"
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/ScalarType.h>
+
+#include <c10/util/SmallVector.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+
+#include "NeuronCommon.h"
+#include "runtime/platform_spec.h"
+
+namespace torch_neuron {
+
+using neuron_rt::NumberFormat;
+using neuron_rt::Work;
+using neuron_rt::WorkKind;
+
+namespace {
+
+// ---- what an op is, from its name -------------------------------------------------------------
+
+// How the matmul dimensions of an op are read from its tensor operands.
+enum class Operands : uint8_t {
+  kGeneral,     // no matmul
+  kMatmul,      // mm, bmm, matmul, mv, dot, _scaled_mm: (a, b)
+  kAfterBias,   // addmm, baddbmm, addbmm, addmv: (bias, a, b)
+  kLinear,      // linear: (x, weight[n, k], bias)
+  kConvolution, // convolution: (input, weight[out, in/groups, ...], bias)
+  kAttention,   // scaled dot product attention: (q, k, v, ...): two matmuls and a softmax
+};
+struct OpClass {
+  WorkKind kind = WorkKind::kPointwise;
+  Operands operands = Operands::kGeneral;
+  bool in_place = false;  // the name ends in '_': writes its first operand
+  bool out_variant = false;  // overload "out": its out= operands are written, not read
+};
+
+// The base name: "aten::add_.Tensor" -> "add_".
+std::string_view base_name(std::string_view name) {
+  if (name.rfind("aten::", 0) == 0) name.remove_prefix(6);
+  return name.substr(0, name.find('.'));
+}
+
+OpClass classify_name(std::string_view full) {
+  static const std::unordered_map<std::string_view, std::pair<WorkKind, Operands>> table = [] {
+    std::unordered_map<std::string_view, std::pair<WorkKind, Operands>> t;
+    auto add = [&](WorkKind kind, Operands operands, std::initializer_list<const char*> names) {
+      for (const char* name : names) t[name] = {kind, operands};
+    };
+    add(WorkKind::kMatmul, Operands::kMatmul, {"mm", "bmm", "matmul", "mv", "dot", "vdot", "_scaled_mm", "inner"});
+    add(WorkKind::kMatmul, Operands::kAfterBias, {"addmm", "baddbmm", "addbmm", "addmv", "_addmm_activation"});
+    add(WorkKind::kMatmul, Operands::kLinear, {"linear"});
+    add(WorkKind::kMatmul, Operands::kConvolution,
+        {"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "mkldnn_convolution", "_slow_conv2d_forward"});
+    add(WorkKind::kMatmul, Operands::kAttention,
+        {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+         "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
+         "_scaled_dot_product_efficient_attention", "_scaled_dot_product_fused_attention_overrideable"});
+    add(WorkKind::kTranscendental, Operands::kGeneral,
+        {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sigmoid", "gelu", "silu", "mish",
+         "softplus", "erf", "erfc", "erfinv", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh",
+         "asinh", "acosh", "atanh", "rsqrt", "sqrt", "reciprocal", "pow", "elu", "selu", "celu", "logit",
+         "log_sigmoid_forward", "gelu_backward", "silu_backward", "tanh_backward", "sigmoid_backward", "lgamma",
+         "digamma"});
+    add(WorkKind::kSoftmax, Operands::kGeneral,
+        {"softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax", "_softmax_backward_data",
+         "_log_softmax_backward_data"});
+    add(WorkKind::kNorm, Operands::kGeneral,
+        {"layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "group_norm", "native_group_norm",
+         "batch_norm", "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+         "native_layer_norm_backward", "_fused_rms_norm_backward"});
+    add(WorkKind::kReduction, Operands::kGeneral,
+        {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "prod", "var", "std", "var_mean",
+         "std_mean", "norm", "linalg_vector_norm", "cumsum", "cumprod", "logsumexp", "all", "any", "topk", "sort",
+         "aminmax", "nansum", "count_nonzero"});
+    add(WorkKind::kDataMovement, Operands::kGeneral,
+        {"cat", "stack", "index_select", "embedding", "gather", "scatter", "scatter_add", "index", "index_put",
+         "_index_put_impl", "clone", "contiguous", "_to_copy", "repeat", "repeat_interleave", "expand_copy",
+         "permute_copy", "narrow_copy", "slice_scatter", "select_scatter", "masked_select", "nonzero", "flip",
+         "roll", "unfold", "_unsafe_index", "index_copy", "embedding_dense_backward", "constant_pad_nd",
+         "copy", "_copy_from", "_copy_from_and_resize"});
+    add(WorkKind::kNone, Operands::kGeneral,
+        {"empty", "empty_strided", "resize", "set", "_local_scalar_dense", "as_strided", "view", "_reshape_alias",
+         "alias", "detach"});
+    return t;
+  }();
+  OpClass op;
+  std::string_view base = base_name(full);
+  const size_t dot = full.find('.');
+  op.out_variant = dot != std::string_view::npos && full.substr(dot + 1).rfind("out", 0) == 0;
+  if (!base.empty() && base.back() == '_' && base != "_") {
+    op.in_place = true;
+    base.remove_suffix(1);
+  }
+  auto it = table.find(base);
+  if (it != table.end()) {
+    op.kind = it->second.first;
+    op.operands = it->second.second;
+  }
+  return op;  // everything else: one VectorE pass over its output (fill, random, where, add, ...)
+}
+
+// Names are static strings or a plan's name (kept for the process); the cache checks the text too.
+const OpClass& classify(const char* name) {
+  struct Entry {
+    std::string text;
+    OpClass op;
+  };
+  thread_local std::unordered_map<const char*, Entry> cache;
+  auto it = cache.find(name);
+  if (it == cache.end() || it->second.text != name) {
+    it = cache.insert_or_assign(name, Entry{name, classify_name(name)}).first;
+  }
+  return it->second.op;
+}
+
+// ---- the tensors of a launch ----------------------------------------------------------------
+
+// Pointers into what the call site holds (alive for the whole note_launch); no copies, no
+// reference counts (Note [Device clock]: the clock's host cost stays small).
+using TensorPointers = c10::SmallVector<const at::Tensor*, 8>;
+
+// Nested tensors have no regular sizes to read: the clock leaves them out (their launch pays
+// its fixed cost only).
+bool costed(const at::Tensor& t) { return !t.is_nested(); }
+
+void add(TensorPointers& into, const at::Tensor& t) {
+  if (costed(t)) into.push_back(&t);
+}
+
+void each_tensor(const c10::IValue& value, TensorPointers& into) {
+  if (value.isTensor()) {
+    add(into, value.toTensor());
+  } else if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) {
+      if (element.isTensor()) add(into, element.toTensor());
+    }
+  }
+}
+
+struct Tensors {
+  TensorPointers inputs, outputs;
+};
+
+void tensors_of(const Launch& launch, const OpClass& op, Tensors& t) {
+  const LaunchOperands& given = launch.operands;
+  for (const at::Tensor* p : given.input_pointers) add(t.inputs, *p);
+  for (const at::Tensor& p : given.inputs) add(t.inputs, p);
+  for (const c10::IValue& value : given.arguments) each_tensor(value, t.inputs);
+  for (const at::Tensor& p : given.outputs) add(t.outputs, p);
+  for (const c10::IValue& value : given.results) each_tensor(value, t.outputs);
+  if (op.out_variant && !t.outputs.empty()) {  // out= operands are written, not read
+    auto written = [&](const at::Tensor* input) {
+      return std::any_of(t.outputs.begin(), t.outputs.end(), [&](const at::Tensor* out) {
+        return out->defined() && input->defined() && out->unsafeGetTensorImpl() == input->unsafeGetTensorImpl();
+      });
+    };
+    t.inputs.erase(std::remove_if(t.inputs.begin(), t.inputs.end(), written), t.inputs.end());
+  }
+  if (t.outputs.empty() && op.in_place && !t.inputs.empty()) t.outputs.push_back(t.inputs.front());
+}
+
+uint64_t hbm_bytes(const at::Tensor& t) {
+  return t.defined() && t.device().type() == kNeuron ? uint64_t(t.nbytes()) : 0;
+}
+uint64_t hbm_bytes(const TensorPointers& tensors) {
+  uint64_t bytes = 0;
+  for (const at::Tensor* t : tensors) bytes += hbm_bytes(*t);
+  return bytes;
+}
+uint64_t largest_numel(const TensorPointers& tensors) {
+  uint64_t numel = 0;
+  for (const at::Tensor* t : tensors) {
+    if (t->defined()) numel = std::max(numel, uint64_t(t->numel()));
+  }
+  return numel;
+}
+
+NumberFormat format_of(const at::Tensor& t) {
+  if (!t.defined()) return NumberFormat::kFP32;
+  switch (t.scalar_type()) {
+    case at::kBFloat16:
+    case at::kHalf:
+      return NumberFormat::kBF16;
+    case at::kFloat8_e4m3fn:
+    case at::kFloat8_e5m2:
+    case at::kFloat8_e4m3fnuz:
+    case at::kFloat8_e5m2fnuz:
+      return NumberFormat::kFP8;
+    case at::kFloat:
+      return NumberFormat::kFP32;
+    default:
+      return NumberFormat::kOther;
+  }
+}
+
+const at::Tensor* operand(const TensorPointers& tensors, size_t index) {
+  return index < tensors.size() && tensors[index]->defined() ? tensors[index] : nullptr;
+}
+
+// The dimensions of `a @ b` with torch.matmul's broadcasting (1-D operands as a row / a column).
+neuron_rt::MatmulShape matmul_shape(const at::Tensor& a, const at::Tensor& b) {
+  neuron_rt::MatmulShape s;
+  if (a.dim() == 0 || b.dim() == 0) return s;
+  s.k = a.size(-1);
+  s.m = a.dim() >= 2 ? a.size(-2) : 1;
+  s.n = b.dim() >= 2 ? b.size(-1) : 1;
+  const int64_t a_batch = a.dim() > 2 && s.m * s.k > 0 ? a.numel() / (s.m * s.k) : 1;
+  const int64_t b_batch = b.dim() > 2 && s.k * s.n > 0 ? b.numel() / (s.k * s.n) : 1;
+  s.batch = std::max(a_batch, b_batch);
+  return s;
+}
+
+// Fills `parts` with the launch's work (one part, or three for an attention); returns how many.
+int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
+  Work& work = parts[0];
+  if (launch.path == LaunchPath::kProgram || launch.path == LaunchPath::kCollective) {
+    // Phases 2 and 3 of issue 25 describe these; until then, one launch's fixed cost.
+    work.kind = WorkKind::kNone;
+    return 1;
+  }
+  const OpClass& op = classify(launch.name);
+  Tensors t;
+  tensors_of(launch, op, t);
+  work.hbm_bytes_read = hbm_bytes(t.inputs);
+  work.hbm_bytes_written = hbm_bytes(t.outputs);
+  const at::Tensor* first_output = operand(t.outputs, 0);
+  const at::Tensor* first_input = operand(t.inputs, 0);
+  if (first_output || first_input) work.format = format_of(first_output ? *first_output : *first_input);
+
+  if (launch.path == LaunchPath::kCopy && t.inputs.empty() && t.outputs.empty()) {
+    // The simulator's own copy of a kernel's host result into device memory (HostViews.cpp,
+    // "adopt a host result"): on the device the kernel writes its output in place, and the
+    // op's launch already costs that. Nothing to add.
+    work.kind = WorkKind::kNone;
+    work.eager_launch = false;
+    return 1;
+  }
+  if (launch.path == LaunchPath::kCopy) {
+    const at::Tensor* source = first_input;
+    const at::Tensor* destination = first_output;
+    const bool from_device = source && source->device().type() == kNeuron;
+    const bool to_device = destination && destination->device().type() == kNeuron;
+    work.kind = from_device && to_device ? WorkKind::kDeviceCopy
+                : to_device              ? WorkKind::kHostToDevice
+                                         : WorkKind::kDeviceToHost;
+    work.moved_bytes = destination ? uint64_t(destination->nbytes()) : 0;
+    return 1;
+  }
+  work.kind = op.kind;
+  switch (op.kind) {
+    case WorkKind::kPointwise:
+    case WorkKind::kTranscendental:
+      work.elements = t.outputs.empty() ? largest_numel(t.inputs) : largest_numel(t.outputs);
+      break;
+    case WorkKind::kReduction:
+    case WorkKind::kSoftmax:
+    case WorkKind::kNorm:
+      work.elements = largest_numel(t.inputs);
+      break;
+    case WorkKind::kDataMovement:
+      // A gather or a copy reads what it writes (not the whole table it indexes).
+      work.moved_bytes = t.outputs.empty() ? work.hbm_bytes_read : work.hbm_bytes_written;
+      work.hbm_bytes_read = work.hbm_bytes_written = work.moved_bytes;
+      break;
+    case WorkKind::kMatmul: {
+      const size_t first = op.operands == Operands::kAfterBias ? 1 : 0;
+      const at::Tensor* a = operand(t.inputs, first);
+      const at::Tensor* b = operand(t.inputs, first + 1);
+      if (!a || !b) break;
+      work.format = format_of(*a);
+      if (op.operands == Operands::kLinear) {
+        work.matmul.k = a->dim() ? a->size(-1) : 0;
+        work.matmul.m = work.matmul.k ? a->numel() / work.matmul.k : 0;
+        work.matmul.n = b->dim() == 2 ? b->size(0) : 1;
+      } else if (op.operands == Operands::kConvolution) {
+        work.matmul.n = b->dim() ? b->size(0) : 0;
+        work.matmul.k = work.matmul.n ? b->numel() / work.matmul.n : 0;
+        const uint64_t out_elements = first_output ? uint64_t(first_output->numel()) : 0;
+        work.matmul.m = work.matmul.n ? int64_t(out_elements) / work.matmul.n : 0;
+      } else if (op.operands == Operands::kAttention) {
+        const at::Tensor* v = operand(t.inputs, 2);
+        if (!v || a->dim() < 2) break;
+        // q [..., L, E], k [..., S, E], v [..., S, Ev]: q k^T, a softmax over S, then @ v; the
+        // scores stay on chip (as a fused attention kernel keeps them), so HBM traffic is the
+        // operands' and the output's, counted once on the first part.
+        const int64_t length = a->size(-2), embed = a->size(-1), source = b->size(-2), value_embed = v->size(-1);
+        const int64_t heads = (length * embed) != 0 ? a->numel() / (length * embed) : 0;
+        Work scores = work, softmax = work, weighted = work;  // copies: `work` is parts[0]
+        scores.matmul = {heads, length, embed, source};
+        softmax.kind = WorkKind::kSoftmax;
+        softmax.elements = uint64_t(heads * length * source);
+        weighted.matmul = {heads, length, source, value_embed};
+        softmax.hbm_bytes_read = softmax.hbm_bytes_written = weighted.hbm_bytes_read = weighted.hbm_bytes_written = 0;
+        softmax.eager_launch = weighted.eager_launch = false;
+        parts[0] = scores;
+        parts[1] = softmax;
+        parts[2] = weighted;
+        return 3;
+      } else {
+        work.matmul = matmul_shape(*a, *b);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  return 1;
+}
+
+// ---- the clock ----------------------------------------------------------------------------------
+
+struct ClockState {
+  bool on = false;
+  std::map<std::string, neuron_rt::PlatformSpec> specs;
+  std::once_flag model_made;
+  std::unique_ptr<neuron_rt::CostModel> model;
+};
+ClockState& clock() {
+  static auto* state = new ClockState();  // never destroyed: launches may come during exit
+  return *state;
+}
+
+const neuron_rt::CostModel& cost_model() {
+  ClockState& state = clock();
+  std::call_once(state.model_made, [&] {
+    const auto& topology = runtime().topology();
+    auto it = state.specs.find(topology.platform_name());
+    TORCH_CHECK(it != state.specs.end(), "the platform data file has no [", topology.platform_name(),
+                "] table; add the platform's constants (with their sources) or choose another NEURON_SIM_PLATFORM");
+    state.model = std::make_unique<neuron_rt::CostModel>(NEURON_RT_CALL(neuron_rt::CostModel(it->second, topology.logical_nc_config)));
+  });
+  return *state.model;
+}
+
+class ClockObserver final : public LaunchObserver {
+ public:
+  void on_launch(const Launch& launch) override {
+    if (launch.device < 0) return;
+    const LaunchCost cost = cost_of(launch);
+    const neuron_rt::Stream& stream = launch.stream ? *launch.stream : current_stream(launch.device);
+    stream.timeline().append(cost.cost.ns);
+  }
+};
+
+}  // namespace
+
+LaunchCost cost_of(const Launch& launch) {
+  LaunchCost result;
+  result.part_count = describe(launch, result.parts);
+  const neuron_rt::CostModel& model = cost_model();
+  for (int i = 0; i < result.part_count; ++i) {
+    const neuron_rt::WorkCost cost = model.cost(result.parts[i]);
+    result.cost.ns += cost.ns;
+    result.cost.fixed_ns += cost.fixed_ns;
+    result.cost.compute_ns += cost.compute_ns;
+    result.cost.memory_ns += cost.memory_ns;
+  }
+  return result;
+}
+
+void start_device_clock(const std::string& path) {
+  ClockState& state = clock();
+  state.specs = NEURON_RT_CALL(neuron_rt::load_platform_specs(path));
+  const char* setting = std::getenv("NEURON_SIM_DEVICE_CLOCK");
+  const std::string value = setting ? setting : "";
+  TORCH_CHECK(value.empty() || value == "0" || value == "1", "NEURON_SIM_DEVICE_CLOCK='", value,
+              "' must be 1 (the predicted device clock, the default) or 0 (off: elapsed_time is host time)");
+  state.on = value != "0";
+  static auto* observer = new ClockObserver();  // never destroyed: launches may come during exit
+  if (state.on) set_launch_observer(LaunchObserverSlot::kClock, observer);
+}
+
+bool device_clock_on() { return clock().on; }
+
+uint64_t device_time_ns(c10::DeviceIndex device) {
+  TORCH_CHECK(device_clock_on(), "the device clock is off (NEURON_SIM_DEVICE_CLOCK=0); unset it to predict device time");
+  auto& rt = runtime();
+  if (device < 0) device = c10::DeviceIndex(rt.current_device());
+  return NEURON_RT_CALL(rt.device_time_ns(device));
+}
+
+}  // namespace torch_neuron

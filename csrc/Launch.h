@@ -1,0 +1,178 @@
+// Note [Launches]
+// The execution policy of the simulated device, and the one seam every piece of work it runs
+// passes through. A launch is work for a stream of a core: a kernel run at the call on the
+// calling thread (an eager op on the direct or the generic path, a compiled program run inline),
+// work queued on the stream (an eager op or a program in asynchronous mode), a collective, a
+// copy. Each path calls note_launch() once per launch with what it is (path, name, device,
+// stream) and what it reads and writes (LaunchOperands: the tensors, so an observer can cost
+// it); observers registered here see every launch (the launch counts of tests, the device clock
+// (DeviceClock.h), later the profiler's device track), so they see what the device runs whichever
+// path runs it. A launch that runs at the call is noted after its kernel (its outputs are known
+// then; a kernel that throws is not a launch); a queued one when it is queued (its outputs
+// are preallocated). Both are on the launching thread, in issue order. The policy decides where work runs: launch-blocking (NEURON_LAUNCH_BLOCKING=1,
+// the default: at the call) or asynchronous (queued; Note [Small ops on an idle stream] says
+// which small ops still run at the call), with how many threads (Note [Kernel threads]).
+//
+// Thread safety: every function may be called from any thread; observers are called on the
+// launching thread and must not block.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+
+#include "NeuronCommon.h"
+#include "runtime/stream.h"
+
+namespace torch_neuron {
+
+// Where a launch comes from (Note [Launches]).
+enum class LaunchPath : uint8_t {
+  kDirect,      // an eager op through its direct kernel at the call (kernels/Hot.cpp, Minimal.cpp, ...)
+  kGeneric,     // an eager op through the boxed generic path at the call (kernels/Generic.cpp)
+  kQueued,      // an eager op or kernel body queued on its stream (asynchronous mode)
+  kProgram,     // a compiled program, at the call or queued (compile/Executor.cpp)
+  kCollective,  // a collective or point-to-point transfer (distributed/)
+  kCopy,        // a copy between host and device or within the device (kernels/Minimal.cpp)
+};
+constexpr int kLaunchPaths = 6;
+
+// ---- the policy ---------------------------------------------------------------------------
+
+// True with NEURON_LAUNCH_BLOCKING=0.
+bool asynchronous();
+
+// The stream currently selected for `device` on this thread.
+neuron_rt::Stream& current_stream(c10::DeviceIndex device);
+// Waits for `stream` (with the GIL released when the caller holds it and must wait);
+// throws the stream's sticky error.
+void synchronize_stream(neuron_rt::Stream& stream);
+
+// Readies a kernel that runs on the calling thread: returns the op's device (the current
+// one when no neuron tensor named it) and, in asynchronous mode, first drains that device's
+// current stream so the kernel sees the work queued before it (work of other streams is
+// ordered by events, as with CUDA streams).
+c10::DeviceIndex run_here_on(c10::DeviceIndex device);
+// Note [Small ops on an idle stream]
+// Handing an op to the stream's worker costs the calling thread about what running a small
+// kernel costs (output metadata, fresh views, the task, a wake-up), and costs the worker a
+// wake-up and frees of memory the calling thread allocated. For an op touching little
+// memory, queued behind nothing, that is pure overhead (measured: decode of the demo model
+// ran slower asynchronous than launch-blocking, much slower on a busy machine where the two
+// threads share a core). In asynchronous mode such an op runs at the call instead, on the
+// direct path where it has one: its stream has nothing pending, so the order of work is the
+// same as queued; its errors are raised at the call, as with launch-blocking. Ops touching
+// more memory, and every op while its stream has work, are queued. The estimate counts the
+// operands (and, where the meta kernel gave them, the outputs); a broadcast of two small
+// operands into a large output may run at the call, which changes where it runs, not what
+// it computes. NEURON_SIM_INLINE_BYTES sets the limit (default 64 KiB; 0 queues every op
+// that can be queued).
+int64_t inline_bytes_limit();
+// The bytes a tensor operand covers (0 when undefined), for that estimate.
+inline int64_t bytes_of(const at::Tensor& t) { return t.defined() ? int64_t(t.nbytes()) : 0; }
+// True when `bytes` is within the limit and the current stream of `device` has nothing
+// pending and has not failed.
+bool runs_at_call_when_idle(int64_t bytes, c10::DeviceIndex device);
+
+// Note [Kernel threads]: a queued kernel runs on the stream's worker thread, which shares the
+// machine's cores with the host thread (the simulated device has no cores of its own). While
+// the host runs Python, a kernel leaves it one core (`threads` - 1 OpenMP threads, at least
+// one); while the host is blocked waiting for the stream (Stream::host_waiting()), the kernel
+// takes all `threads`. `threads` is the setting of the thread that queued the kernel
+// (torch.set_num_threads; for backward kernels, autograd's device thread), read at enqueue
+// by kernel_threads_setting(); use_kernel_threads() applies it on the worker before the
+// kernel. Limits: decided when the kernel starts (one that starts a moment before
+// the host blocks keeps the smaller count); MKL's matmuls keep MKL's own per-thread setting;
+// a host blocked in Event.synchronize() does not count. Seen by hand (demo model, bf16
+// decode, 2 cores, 2 threads; single runs): the host blocked 0.85 ms per token with every
+// queued kernel at the full count (the worker's OpenMP team and the host took turns on the
+// cores) and 0.29 ms with this rule.
+int kernel_threads_setting();
+void use_kernel_threads(const neuron_rt::Stream& stream, int threads);
+
+
+// ---- the seam -----------------------------------------------------------------------------
+
+// What a launch reads and writes, as the call site has it (every part optional, all borrowed
+// for the duration of note_launch). Tensors may be undefined or on the CPU (scalars, the host
+// side of a copy). With no outputs given, an op whose name ends in '_' (in place) writes its
+// first input. Costs nothing to build: views of what the call site holds.
+struct LaunchOperands {
+  c10::ArrayRef<const at::Tensor*> input_pointers;  // tensor operands (variadic call sites)
+  c10::ArrayRef<at::Tensor> inputs;                 // tensor operands
+  c10::ArrayRef<c10::IValue> arguments;             // boxed arguments: their tensors and tensor lists
+  c10::ArrayRef<at::Tensor> outputs;                // results or written outputs
+  c10::ArrayRef<c10::IValue> results;               // boxed results: their tensors and tensor lists
+
+  static LaunchOperands of(c10::ArrayRef<const at::Tensor*> inputs, c10::ArrayRef<at::Tensor> outputs = {}) {
+    LaunchOperands operands;
+    operands.input_pointers = inputs;
+    operands.outputs = outputs;
+    return operands;
+  }
+  static LaunchOperands of_tensors(c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs = {}) {
+    LaunchOperands operands;
+    operands.inputs = inputs;
+    operands.outputs = outputs;
+    return operands;
+  }
+  static LaunchOperands boxed(c10::ArrayRef<c10::IValue> arguments, c10::ArrayRef<c10::IValue> results = {},
+                              c10::ArrayRef<at::Tensor> outputs = {}) {
+    LaunchOperands operands;
+    operands.arguments = arguments;
+    operands.results = results;
+    operands.outputs = outputs;
+    return operands;
+  }
+};
+// Pointers to a call site's tensor operands, for LaunchOperands::of.
+template <typename... Tensors>
+std::array<const at::Tensor*, sizeof...(Tensors)> operand_pointers(const Tensors&... tensors) {
+  return {&tensors...};
+}
+
+struct Launch {
+  LaunchPath path;
+  const char* name;           // the op ("aten::add.Tensor"), program or collective
+  c10::DeviceIndex device;
+  const neuron_rt::Stream* stream;  // the stream it is ordered on (nullptr: the current one; none for point-to-point transfers, which no stream orders)
+  const LaunchOperands& operands;
+};
+
+// Sees every launch, on the launching thread, when it is issued (Note [Launches]).
+class LaunchObserver {
+ public:
+  virtual ~LaunchObserver() = default;
+  virtual void on_launch(const Launch& launch) = 0;
+};
+// The observers: one slot each, so the clock keeps running while a test counts launches.
+enum class LaunchObserverSlot : uint8_t { kCounter, kClock, kProfiler };
+constexpr int kLaunchObserverSlots = 3;
+// Registers `observer` in `slot` (kept for the process; nullptr empties the slot).
+void set_launch_observer(LaunchObserverSlot slot, LaunchObserver* observer);
+
+namespace detail {
+extern std::atomic<bool> launch_observed;
+void notify_launch_observers(const Launch& launch);
+}
+// True when some observer is registered (a call site may skip gathering operands otherwise).
+inline bool launch_observed() { return detail::launch_observed.load(std::memory_order_relaxed); }
+// The seam: every launch path calls it once per launch (one relaxed load when nothing observes).
+inline void note_launch(LaunchPath path, const char* name, c10::DeviceIndex device,
+                        const neuron_rt::Stream* stream = nullptr, const LaunchOperands& operands = {}) {
+  if (launch_observed()) detail::notify_launch_observers(Launch{path, name, device, stream, operands});
+}
+inline void note_launch(LaunchPath path, const char* name, c10::DeviceIndex device, const LaunchOperands& operands) {
+  note_launch(path, name, device, nullptr, operands);
+}
+
+// Tests: counts of launches per path while counting is on (an observer of this file's own).
+void count_launches(bool on);
+std::array<uint64_t, kLaunchPaths> launch_counts();
+
+}  // namespace torch_neuron

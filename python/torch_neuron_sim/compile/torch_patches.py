@@ -1,0 +1,140 @@
+"""Note [Patches of torch internals]
+The backend needs three things torch has no public hook for. Each is patched here and only
+here, each relies on named internals of torch, and each has tests that fail when a torch
+release moves those internals (tests/compile/test_compile_torch_patches.py checks the internals
+themselves; the end-to-end tests named below check what the patch is for). Upgrading torch:
+run those tests first.
+
+1. register_as_dynamo_loads(register): a `sys.meta_path` finder that runs `register(registry)`
+   right after Dynamo's backend registry module (torch._dynamo.backends.registry) has run,
+   before anyone can look a backend up; or registers at once when Dynamo is loaded already.
+   Why: leaving the backend "neuron" to the torch_dynamo_backends entry point alone races:
+   two threads whose first torch.compile runs at once both load the entry point, and the
+   second registration raises "duplicate name". While Dynamo itself is loading our entry
+   point (lookup_backend on this thread's stack: TORCH_DEVICE_BACKEND_AUTOLOAD=0), nothing
+   is registered here: Dynamo registers what the entry point returns, and a registration of
+   ours would make that one raise "duplicate name".
+   Relies on: the module's name; its register_backend, lookup_backend and _COMPILER_FNS; its
+   loader having exec_module.
+   Tests: test_compile_torch_patches.py::test_the_backend_registers_as_dynamos_registry_loads;
+   tests/device/regressions/concurrent_first_compile_duplicate_name.py and
+   autoload_off_compile_by_name_duplicate.py (run by test_device_regressions.py);
+   tests/compile/test_compile.py::test_backend_is_registered_and_found_through_the_entry_point.
+
+2. select_neuron_for_neuron_tensors(backend): wraps torch._TorchCompileInductorWrapper.__call__
+   (what torch.compile(model) without a backend calls) so that a graph whose inputs are on the
+   neuron device compiles with `backend` (warning once); any other graph goes to Inductor
+   unchanged.
+   Why: TorchNeuron selects its backend on a Neuron device, so a script ported from CUDA that
+   calls torch.compile(model) works; Inductor does not target neuron.
+   Relies on: the class's name, __call__(self, model_, inputs_, *, config_patches=None), and
+   its `config` (Inductor options or a mode: empty for the default mode).
+   Tests: test_compile_torch_patches.py::test_torch_compile_without_a_backend_goes_through_the_wrapped_call;
+   tests/compile/test_compile.py::test_compile_without_backend_auto_selects_neuron_on_neuron_tensors.
+
+3. aot_autograd_cache_key(key_function): a context manager that replaces
+   torch._functorch._aot_autograd.autograd_cache.autograd_cache_key (unittest.mock) while our
+   backend compiles.
+   Why: Note [Caching past AOTAutograd] (compile/backend.py): AOTAutograd's own key function
+   loads all of Inductor's code generators and hashes torch's sources (about 1.5 s per
+   process); ours, cache.dynamo_graph_key, covers what it covers for our graphs.
+   Relies on: AOTAutogradCache.try_load calling the module's autograd_cache_key(mod, args,
+   aot_config, compiler_config_extra) through its global name and taking (key, debug lines).
+   Tests: test_compile_torch_patches.py::test_aotautograds_cache_asks_the_patched_key_function;
+   tests/compile/test_compile.py::test_a_warm_start_takes_inference_and_training_graphs_from_aotautograds_cache
+   (its entries are named by our key: "aneuron...").
+
+Import cost: this module is loaded with the package at `import torch` (the device entry
+point), so it imports nothing of Dynamo, AOTAutograd or Inductor at module level."""
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+import torch
+
+DYNAMO_REGISTRY = "torch._dynamo.backends.registry"
+
+
+# ---- 1. registering as Dynamo's backend registry loads ---------------------------------------
+
+class _RegisterAsDynamoLoads(importlib.abc.MetaPathFinder):
+    """Runs `register(registry module)` right after Dynamo's backend registry module has run."""
+
+    def __init__(self, register):
+        self.register = register
+
+    def find_spec(self, name, path, target=None):
+        if name != DYNAMO_REGISTRY:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            self.register(module)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _inside(function):
+    """Whether `function` is running on this thread's stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is function.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def register_as_dynamo_loads(register):
+    """Patch 1 of Note [Patches of torch internals]: `register(registry module)` runs once
+    Dynamo's backend registry exists (now, or right after it loads), unless Dynamo is loading
+    our entry point on this thread right now (it registers what it loads). Call once."""
+    if DYNAMO_REGISTRY in sys.modules:  # Dynamo is loaded already
+        registry = sys.modules[DYNAMO_REGISTRY]
+        if not _inside(registry.lookup_backend):
+            register(registry)
+    else:
+        sys.meta_path.insert(0, _RegisterAsDynamoLoads(register))
+
+
+# ---- 2. torch.compile(model) without a backend on neuron tensors ---------------------------
+
+def select_neuron_for_neuron_tensors(backend):
+    """Patch 2 of Note [Patches of torch internals]: torch.compile's default (Inductor) call
+    compiles a graph whose inputs are on the neuron device with `backend(gm, inputs, mode=...)`.
+    Idempotent."""
+    inductor_call = torch._TorchCompileInductorWrapper.__call__
+    if getattr(inductor_call, "_neuron_auto_select", False):
+        return
+
+    def call(self, model_, inputs_, *, config_patches=None):
+        if any(isinstance(t, torch.Tensor) and t.device.type == "neuron" for t in inputs_):
+            if not getattr(call, "_warned", False):
+                call._warned = True
+                warnings.warn("torch.compile: the graph's inputs are on the neuron device, so TorchNeuron's backend "
+                              "'neuron' compiles it (Inductor does not target neuron); pass backend='neuron' to "
+                              "choose it explicitly", stacklevel=2)
+            mode = "max-autotune" if self.config else None  # Inductor options or a mode: they have no effect here
+            return backend(model_, inputs_, mode=mode)
+        return inductor_call(self, model_, inputs_, config_patches=config_patches)
+
+    call._neuron_auto_select = True
+    call._wrapped_inductor_call = inductor_call
+    torch._TorchCompileInductorWrapper.__call__ = call
+
+
+# ---- 3. AOTAutograd's cache key ----------------------------------------------------------------
+
+def aot_autograd_cache_key(key_function):
+    """Patch 3 of Note [Patches of torch internals]: a context manager under which AOTAutograd's
+    cache computes its keys with `key_function(mod, example_inputs, aot_config,
+    compiler_config_extra=None) -> (key, debug lines)`."""
+    import unittest.mock
+    from torch._functorch._aot_autograd import autograd_cache
+    return unittest.mock.patch.object(autograd_cache, "autograd_cache_key", key_function)

@@ -1,0 +1,85 @@
+"""The three patches of torch internals (Note [Patches of torch internals],
+compile/torch_patches.py): each test checks the internals a patch relies on and that torch
+still reaches the patched code, so a torch upgrade that moves them fails here, by name."""
+import inspect
+import warnings
+
+import pytest
+import torch
+
+from conftest import run_python
+
+
+@pytest.fixture(autouse=True)
+def _fresh(fresh_dynamo):
+    """Each test compiles afresh (conftest.fresh_dynamo)."""
+
+
+REGISTRY_SCRIPT = r"""
+import sys
+import torch
+from torch_neuron_sim.compile import torch_patches
+hooked = [f for f in sys.meta_path if isinstance(f, torch_patches._RegisterAsDynamoLoads)]
+assert torch_patches.DYNAMO_REGISTRY not in sys.modules, "import torch loaded Dynamo's backend registry"
+assert len(hooked) == 1, sys.meta_path
+import torch._dynamo.backends.registry as registry
+assert "neuron" in registry._COMPILER_FNS, "the backend was not registered as the registry loaded"
+assert not [f for f in sys.meta_path if isinstance(f, torch_patches._RegisterAsDynamoLoads)]
+for name in ("register_backend", "lookup_backend", "_COMPILER_FNS"):
+    assert hasattr(registry, name), name
+assert registry.lookup_backend("neuron") is registry._COMPILER_FNS["neuron"]
+print("ok")
+"""
+
+
+def test_the_backend_registers_as_dynamos_registry_loads():
+    """Patch 1: `import torch` leaves our finder on sys.meta_path, and importing Dynamo's backend
+    registry (by its name) registers "neuron" before any lookup, and removes the finder."""
+    result = run_python(REGISTRY_SCRIPT)
+    assert result.returncode == 0 and result.stdout.split()[-1:] == ["ok"], result.stderr[-3000:]
+
+
+def test_torch_compile_without_a_backend_goes_through_the_wrapped_call(monkeypatch):
+    """Patch 2: torch.compile(f) without a backend calls _TorchCompileInductorWrapper.__call__,
+    whose signature is the wrapper's, and graphs on neuron tensors reach our backend: mode=None
+    for the default mode, "max-autotune" when a mode or Inductor options were given."""
+    call = torch._TorchCompileInductorWrapper.__call__
+    assert getattr(call, "_neuron_auto_select", False)
+    original = inspect.signature(call._wrapped_inductor_call).parameters
+    assert list(original) == ["self", "model_", "inputs_", "config_patches"]
+    assert original["config_patches"].kind is inspect.Parameter.KEYWORD_ONLY
+    from torch_neuron_sim.compile import backend
+    modes = []
+
+    def spy(gm, example_inputs, *, options=None, mode=None):
+        modes.append(mode)
+        return gm.forward
+    monkeypatch.setattr(backend, "neuron_backend", spy)
+    x = torch.ones(3, device="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the selection warns once per process
+        torch.testing.assert_close(torch.compile(lambda t: t * 2 + 1)(x).cpu(), torch.full((3,), 3.0))
+        torch.testing.assert_close(torch.compile(lambda t: t - 1, mode="max-autotune-no-cudagraphs")(x).cpu(),
+                                   torch.zeros(3))
+    assert modes == [None, "max-autotune"]
+
+
+def test_aotautograds_cache_asks_the_patched_key_function(monkeypatch, tmp_path):
+    """Patch 3: AOTAutogradCache.try_load looks autograd_cache_key up by its global name, so
+    while our backend compiles, AOTAutograd's entries are named by our key."""
+    from torch._functorch._aot_autograd import autograd_cache
+    assert callable(autograd_cache.autograd_cache_key)
+    assert "autograd_cache_key" in autograd_cache.AOTAutogradCache.try_load.__code__.co_names
+    from torch_neuron_sim.compile import backend
+    original, keys = backend._aot_cache_key, []
+
+    def spy(*args, **kwargs):
+        key, debug_lines = original(*args, **kwargs)
+        keys.append(key)
+        return key, debug_lines
+    monkeypatch.setattr(backend, "_aot_cache_key", spy)
+    compiled = torch.compile(lambda t: t * 2 + 1, backend="neuron")
+    torch.testing.assert_close(compiled(torch.ones(3, device="neuron")).cpu(), torch.full((3,), 3.0))
+    assert len(keys) == 1 and keys[0].startswith("aneuron"), keys
+    entries = tmp_path / "inductor_cache" / "aotautograd"  # conftest.fresh_dynamo's folder
+    assert sorted(entry.name for entry in entries.iterdir()) == keys

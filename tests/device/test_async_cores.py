@@ -1,0 +1,56 @@
+"""Asynchronous mode shares the host's cores (README, Cores): how long an idle stream polls for
+work depends on how many processes share the host (review 7c, finding 1: a 1 ms poll per rank
+took another rank's core, tensor-parallel generate 0.7x with 2 ranks on 2 cores), and
+NEURON_SIM_IDLE_POLL_US sets it. Also the benchmark's driver surfaces a child's error."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+
+def idle_poll(**env):
+    full = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "NEURON_SIM_IDLE_POLL_US")}
+    full.update(env)
+    out = subprocess.run([sys.executable, "-c", "import torch, torch_neuronx; print(torch_neuronx._sim._C.idle_poll_us())"],
+                         env=full, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return int(out.stdout)
+
+
+def test_idle_poll_leaves_cores_to_other_ranks():
+    cores = os.cpu_count()
+    assert idle_poll() == (1000 if cores >= 2 else 70)
+    many = cores  # more ranks than half the cores: polling would take another rank's core
+    assert idle_poll(LOCAL_WORLD_SIZE=str(many)) == 70
+    assert idle_poll(LOCAL_WORLD_SIZE=str(many), NEURON_SIM_IDLE_POLL_US="250") == 250
+    assert idle_poll(NEURON_SIM_IDLE_POLL_US="0") == 0
+
+
+def test_bench_decode_modes_reports_a_failing_child():
+    # in a child: importing bench sets OMP_NUM_THREADS for the process
+    code = ("import sys; sys.path.insert(0, %r); import bench\n"
+            "try:\n    bench.decode_modes('no_such_dtype', 2, 1)\n"
+            "except RuntimeError as e:\n    print(e)\n") % os.path.join(ROOT, "bench")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "decode_mode.py (no_such_dtype, NEURON_LAUNCH_BLOCKING=0) failed to start" in out.stdout, out.stderr[-2000:]
+    assert "AttributeError" in out.stdout and "no_such_dtype" in out.stdout
+
+
+@pytest.mark.parametrize("mode", ["1", "0"])
+def test_the_callers_thread_setting_is_left_alone(mode):
+    """Note [Kernel threads] changes the stream worker's OpenMP setting only: in launch-blocking
+    mode the kernels run on the calling thread, whose torch.get_num_threads() must not drop."""
+    code = ("import torch, torch_neuronx\n"
+            "torch.set_num_threads(2)\n"
+            "x = torch.randn(256, 256, device='neuron')\n"
+            "for _ in range(5):\n    y = (x @ x).relu() + 1\n"
+            "torch.neuron.synchronize()\n"
+            "print(torch.get_num_threads())\n")
+    env = dict(os.environ, NEURON_LAUNCH_BLOCKING=mode)
+    env.pop("OMP_NUM_THREADS", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "2"

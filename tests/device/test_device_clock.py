@@ -1,0 +1,250 @@
+"""The device clock (docs/device-clock.md; Note [Device clock] in runtime/cost_model.h): each
+launch's predicted Trainium duration equals the value computed here by hand from the platform
+data file, streams and events order the device timeline, Event.elapsed_time() reads it, and a
+model's eager timeline is the same on every run and on every launch path. Nothing here measures
+host time."""
+import json
+import math
+import os
+import textwrap
+import tomllib
+
+import pytest
+import torch
+
+import torch_neuronx
+from conftest import run_python
+
+PLATFORMS_FILE = os.path.join(os.path.dirname(torch_neuronx._sim.__file__), "data", "platforms.toml")
+with open(PLATFORMS_FILE, "rb") as file:
+    PLATFORMS = tomllib.load(file)
+
+
+class Hand:
+    """The cost model's formulas, written out again from the data file's constants."""
+
+    def __init__(self, platform="trn2", lnc=2):
+        self.c = {name: entry["value"] for name, entry in PLATFORMS[platform].items()}
+        self.lnc = lnc
+
+    def hbm_per_ns(self):
+        return self.c["hbm_chip_gbps"] / self.c["physical_cores_per_chip"] * self.lnc
+
+    def eager(self, compute_ns, hbm_bytes):
+        return math.floor(self.c["eager_launch_ns"] + max(compute_ns, hbm_bytes / self.hbm_per_ns()) + 0.5)
+
+    def matmul(self, m, k, n, itemsize=2, tflops="tensor_bf16_tflops"):
+        pad = lambda value, to: -(-value // int(to)) * int(to)  # noqa: E731
+        compute = 2 * m * pad(k, self.c["systolic_array_rows"]) * pad(n, self.c["systolic_array_columns"]) / (
+            self.c[tflops] * 1e3 * self.lnc)
+        return self.eager(compute, (m * k + k * n + m * n) * itemsize)
+
+    def vector(self, elements, lanes, hbm_bytes):
+        return self.eager(elements / (self.c[lanes] * self.c["vector_clock_ghz"] * self.lnc), hbm_bytes)
+
+    def scalar(self, elements, lanes, hbm_bytes):
+        return self.eager(elements / (self.c[lanes] * self.c["scalar_clock_ghz"] * self.lnc), hbm_bytes)
+
+    def host_transfer(self, nbytes):
+        return self.eager(nbytes / self.c["host_link_gbps"], nbytes)
+
+    def device_copy(self, nbytes):
+        dma = self.c["dma_chip_gbps"] / self.c["physical_cores_per_chip"] * self.lnc
+        return self.eager(nbytes / dma, 2 * nbytes)
+
+
+def predicted_ns(fn):
+    """The predicted device time of `fn`'s launches on the current stream, in nanoseconds
+    (events: other streams' timelines, left by other tests, do not enter)."""
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    start.record()
+    result = fn()
+    end.record()
+    end.synchronize()
+    return round(start.elapsed_time(end) * 1e6), result
+
+
+def test_every_constant_has_a_source_and_every_platform_the_same_constants():
+    assert set(PLATFORMS) == {"trn1", "trn2", "trn3"}
+    names = set(PLATFORMS["trn2"])
+    for platform, constants in PLATFORMS.items():
+        assert set(constants) == names, platform
+        for name, entry in constants.items():
+            assert set(entry) == {"value", "source"}, (platform, name)
+            assert entry["value"] > 0 and entry["source"].strip(), (platform, name)
+    # The fitted constants say what they were fitted to.
+    assert PLATFORMS["trn2"]["eager_launch_ns"]["source"].startswith("fitted:")
+
+
+def test_the_clock_is_on_by_default_on_trn2():
+    assert torch_neuronx._sim._C._device_clock_on()
+    assert torch.neuron.get_device_properties(0).platform == "trn2"
+
+
+def test_one_matmul_costs_the_padded_tensor_work_or_its_hbm_traffic():
+    a = torch.randn(300, 200, dtype=torch.bfloat16, device="neuron")
+    b = torch.randn(200, 100, dtype=torch.bfloat16, device="neuron")
+    cost, _ = predicted_ns(lambda: a @ b)
+    assert cost == Hand().matmul(300, 200, 100)
+    # compute-bound: a larger one; k and n pad to the 128 x 128 array
+    a = torch.randn(2048, 1000, dtype=torch.bfloat16, device="neuron")
+    b = torch.randn(1000, 1100, dtype=torch.bfloat16, device="neuron")
+    cost, _ = predicted_ns(lambda: a @ b)
+    assert cost == Hand().matmul(2048, 1000, 1100)
+    hand = Hand()
+    assert 2 * 2048 * 1024 * 1152 / (hand.c["tensor_bf16_tflops"] * 1e3 * 2) > \
+        (2048 * 1000 + 1000 * 1100 + 2048 * 1100) * 2 / hand.hbm_per_ns()
+
+
+def test_linear_in_float32_runs_at_the_float32_rate():
+    x = torch.randn(4, 512, 1024, device="neuron")
+    w = torch.randn(768, 1024, device="neuron")
+    cost, _ = predicted_ns(lambda: torch.nn.functional.linear(x, w))
+    assert cost == Hand().matmul(4 * 512, 1024, 768, itemsize=4, tflops="tensor_fp32_tflops")
+
+
+def test_one_pointwise_op_costs_a_vector_pass_or_its_hbm_traffic():
+    x = torch.randn(1024, 1024, device="neuron")
+    y = torch.randn(1024, 1024, device="neuron")
+    cost, _ = predicted_ns(lambda: x + y)
+    assert cost == Hand().vector(1 << 20, "vector_lanes_other", 3 * 4 << 20)
+    h = torch.randn(64, 64, dtype=torch.bfloat16, device="neuron")
+    cost, _ = predicted_ns(lambda: torch.exp(h))  # ScalarE
+    assert cost == Hand().scalar(64 * 64, "scalar_lanes_bf16", 2 * 64 * 64 * 2)
+    cost, _ = predicted_ns(lambda: h.mul_(2))  # in place: reads and writes h
+    assert cost == Hand().vector(64 * 64, "vector_lanes_bf16", 2 * 64 * 64 * 2)
+
+
+def test_one_copy_costs_its_dma_or_host_link_time():
+    n = 1 << 20
+    host = torch.randn(n)
+    cost, device = predicted_ns(lambda: host.to("neuron"))
+    assert cost == Hand().host_transfer(4 * n)
+    cost, _ = predicted_ns(lambda: device.cpu())
+    assert cost == Hand().host_transfer(4 * n)
+    other = torch.empty_like(device)
+    cost, _ = predicted_ns(lambda: other.copy_(device))
+    assert cost == Hand().device_copy(4 * n)
+
+
+def test_elapsed_time_between_events_is_the_predicted_sum():
+    a = torch.randn(300, 200, dtype=torch.bfloat16, device="neuron")
+    b = torch.randn(200, 100, dtype=torch.bfloat16, device="neuron")
+    x = torch.randn(1024, 1024, device="neuron")
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    start.record()
+    a @ b
+    x + x
+    end.record()
+    end.synchronize()
+    hand = Hand()
+    expected = hand.matmul(300, 200, 100) + hand.vector(1 << 20, "vector_lanes_other", 3 * 4 << 20)
+    assert start.elapsed_time(end) == pytest.approx(expected / 1e6, abs=1e-9)
+
+
+TWO_STREAMS = textwrap.dedent("""
+    import json, torch, torch_neuronx
+    a = torch.randn(2048, 1024, dtype=torch.bfloat16, device="neuron")
+    x = torch.randn(256, 256, device="neuron")
+    torch.neuron.synchronize()
+    s1, s2, s3 = torch.neuron.Stream(), torch.neuron.Stream(), torch.neuron.Stream()
+    start = torch.neuron.Event(enable_timing=True)
+    start.record(s1)
+    with torch.neuron.stream(s1):
+        a @ a.T                                   # long, on s1
+    done1 = s1.record_event(torch.neuron.Event(enable_timing=True))
+    s2.wait_event(done1)
+    with torch.neuron.stream(s2):
+        x + x                                     # after s1's matmul
+    end2 = s2.record_event(torch.neuron.Event(enable_timing=True))
+    with torch.neuron.stream(s3):
+        x + x                                     # no wait: beside s1
+    end3 = s3.record_event(torch.neuron.Event(enable_timing=True))
+    torch.neuron.synchronize()
+    print(json.dumps({"s1": start.elapsed_time(done1), "s2": start.elapsed_time(end2),
+                      "s3": start.elapsed_time(end3), "device": torch_neuronx.device_time() * 1e6}))
+""")
+
+
+@pytest.mark.parametrize("blocking", ["1", "0"])
+def test_an_event_wait_orders_two_streams_timelines(blocking):
+    result = run_python(TWO_STREAMS, env={"NEURON_LAUNCH_BLOCKING": blocking})
+    assert result.returncode == 0, result.stderr[-3000:]
+    t = json.loads(result.stdout.strip().splitlines()[-1])
+    hand = Hand()
+    matmul = hand.matmul(2048, 1024, 2048)
+    add = hand.vector(256 * 256, "vector_lanes_other", 3 * 256 * 256 * 4)
+    assert t["s1"] == pytest.approx(matmul / 1e6, abs=1e-9)
+    assert t["s2"] == pytest.approx((matmul + add) / 1e6, abs=1e-9)  # waited for s1
+    # s3 started from its own (empty) timeline: its add ends long before s1's matmul
+    s3_start = t["s3"] - add / 1e6
+    assert s3_start < t["s1"]
+    assert round(t["device"]) >= matmul + add  # the device's time: the latest stream's
+
+
+MODEL = textwrap.dedent("""
+    import json, torch, torch_neuronx
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(1000, 256), torch.nn.Linear(256, 1024), torch.nn.GELU(),
+                                torch.nn.Linear(1024, 256), torch.nn.LayerNorm(256),
+                                torch.nn.Linear(256, 1000)).to("neuron", dtype=torch.bfloat16)
+    tokens = torch.randint(0, 1000, (2, 64)).to("neuron")
+    with torch.no_grad():
+        model(tokens); torch.neuron.synchronize()   # warm: kernels and plans made
+        start = torch.neuron.Event(enable_timing=True); end = torch.neuron.Event(enable_timing=True)
+        before = torch_neuronx.device_time()
+        start.record()
+        logits = model(tokens).softmax(-1)
+        end.record(); end.synchronize()
+    print(json.dumps({"elapsed": start.elapsed_time(end), "device": torch_neuronx.device_time() - before,
+                      "argmax": logits.argmax(-1).sum().item()}))
+""")
+
+
+def test_a_small_models_eager_timeline_is_positive_and_the_same_on_every_run_and_path():
+    runs = []
+    for env in ({"NEURON_LAUNCH_BLOCKING": "1"}, {"NEURON_LAUNCH_BLOCKING": "1"},
+                {"NEURON_LAUNCH_BLOCKING": "0"}, {"NEURON_LAUNCH_BLOCKING": "0", "NEURON_SIM_INLINE_BYTES": "0"}):
+        result = run_python(MODEL, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    first = runs[0]
+    # at least the six layers and the softmax, each paying the eager launch cost
+    assert first["elapsed"] > 7 * Hand().c["eager_launch_ns"] / 1e6
+    assert first["device"] == pytest.approx(first["elapsed"], abs=1e-9)
+    for other in runs[1:]:
+        assert other == first, runs  # direct, generic and queued paths cost the same
+
+
+@pytest.mark.parametrize("platform, lnc", [("trn1", 1), ("trn3", 2), ("trn2", 1)])
+def test_the_platform_and_lnc_choose_the_constants(platform, lnc):
+    code = textwrap.dedent("""
+        import torch, torch_neuronx
+        a = torch.randn(300, 200, dtype=torch.bfloat16, device="neuron")
+        b = torch.randn(200, 100, dtype=torch.bfloat16, device="neuron")
+        before = torch_neuronx.device_time()
+        a @ b
+        print(round((torch_neuronx.device_time() - before) * 1e6))
+    """)
+    result = run_python(code, env={"NEURON_SIM_PLATFORM": platform, "NEURON_LOGICAL_NC_CONFIG": str(lnc)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert int(result.stdout.split()[-1]) == Hand(platform, lnc).matmul(300, 200, 100)
+
+
+def test_the_clock_can_be_switched_off():
+    code = textwrap.dedent("""
+        import torch, torch_neuronx
+        assert not torch_neuronx._sim._C._device_clock_on()
+        start = torch.neuron.Event(enable_timing=True); end = torch.neuron.Event(enable_timing=True)
+        start.record(); torch.randn(64, 64, device="neuron").exp(); end.record(); end.synchronize()
+        assert start.elapsed_time(end) >= 0   # host time
+        try:
+            torch_neuronx.device_time()
+        except RuntimeError as error:
+            print("raised:", "NEURON_SIM_DEVICE_CLOCK" in str(error))
+    """)
+    result = run_python(code, env={"NEURON_SIM_DEVICE_CLOCK": "0"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["raised:", "True"]
+    bad = run_python("import torch_neuronx", env={"NEURON_SIM_DEVICE_CLOCK": "yes"})
+    assert bad.returncode != 0 and "NEURON_SIM_DEVICE_CLOCK='yes'" in bad.stderr
