@@ -282,6 +282,13 @@ def main():
                      f"host waits per token: {async_waits:.2f} async, "
                      f"blocked {async_blocked * 1e6:.0f} µs per token; "
                      f"target >= 1.0"))
+    # Note [Device clock]: what predicting device time costs the host (clock on vs off).
+    out = subprocess.run([sys.executable, os.path.join(HERE, "clock_overhead.py"), "--tokens", str(tokens)],
+                         check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    on_ms, off_ms = (float(part.split()[0]) for part in out.split("clock on ")[1].split(" per call")[0].split(", off "))
+    rows.append((f"device clock on vs off, demo decode, {tokens} tokens, bfloat16", f"{on_ms:.1f} ms per call",
+                 f"{off_ms:.1f} ms per call (NEURON_SIM_DEVICE_CLOCK=0)", f"{off_ms / on_ms:.3f}",
+                 "the clock's host cost: target >= 0.95"))
 
     compile_rows = []
     for size, label in (("small", "~5M params (hidden 128, 4 layers)"), ("base", "~124M params (hidden 768, 12 layers)")):
