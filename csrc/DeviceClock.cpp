@@ -390,3 +390,79 @@ uint64_t device_time_ns(c10::DeviceIndex device) {
 }
 
 }  // namespace torch_neuron
+
+// ---- the dry run: one op from its metadata (DeviceClock.h, cost_of_shapes) ------------------
+
+namespace torch_neuron {
+namespace {
+
+// Sizes and a dtype, no memory: a null data pointer on the device (nothing reads it; the
+// clock reads sizes, dtype, device and nbytes only).
+at::Tensor shape_only_tensor(const OperandShape& shape) {
+  const c10::Device device = shape.on_device ? c10::Device(kNeuron, 0) : c10::Device(c10::kCPU);
+  const caffe2::TypeMeta dtype = c10::scalarTypeToTypeMeta(shape.dtype);
+  int64_t numel = 1;
+  for (int64_t size : shape.sizes) numel *= size;
+  c10::Storage storage(c10::Storage::use_byte_size_t(), size_t(numel) * dtype.itemsize(),
+                       c10::DataPtr(nullptr, device), /*allocator=*/nullptr, /*resizable=*/false);
+  const c10::DispatchKeySet keys(shape.on_device ? c10::DispatchKey::PrivateUse1 : c10::DispatchKey::CPU);
+  at::Tensor tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, dtype);
+  tensor.unsafeGetTensorImpl()->set_sizes_contiguous(shape.sizes);
+  return tensor;
+}
+
+// Op names kept for the process: classify() caches by the name's address.
+const char* interned(const std::string& name) {
+  static std::mutex mutex;
+  static auto* names = new std::unordered_map<std::string, std::unique_ptr<std::string>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& entry = (*names)[name];
+  if (!entry) entry = std::make_unique<std::string>(name);
+  return entry->c_str();
+}
+
+const neuron_rt::CostModel& cost_model_for(const std::string& platform, int logical_nc_config) {
+  static std::mutex mutex;
+  static auto* models = new std::map<std::pair<std::string, int>, std::unique_ptr<neuron_rt::CostModel>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& model = (*models)[{platform, logical_nc_config}];
+  if (!model) {
+    const ClockState& state = clock();
+    auto it = state.specs.find(platform);
+    TORCH_CHECK(it != state.specs.end(), "the platform data file has no [", platform,
+                "] table; choose trn1, trn2 or trn3, or add the platform's constants (with their sources)");
+    model = std::make_unique<neuron_rt::CostModel>(NEURON_RT_CALL(neuron_rt::CostModel(it->second, logical_nc_config)));
+  }
+  return *model;
+}
+
+}  // namespace
+
+LaunchCost cost_of_shapes(const std::string& name, LaunchPath path, const std::vector<OperandShape>& inputs,
+                          const std::vector<OperandShape>& outputs, const std::string& platform,
+                          int logical_nc_config, bool eager_launch) {
+  std::vector<at::Tensor> input_tensors, output_tensors;
+  input_tensors.reserve(inputs.size());
+  output_tensors.reserve(outputs.size());
+  for (const OperandShape& shape : inputs) input_tensors.push_back(shape_only_tensor(shape));
+  for (const OperandShape& shape : outputs) output_tensors.push_back(shape_only_tensor(shape));
+  const LaunchOperands operands = LaunchOperands::of_tensors(input_tensors, output_tensors);
+  const Launch launch{path, interned(name), /*device=*/0, /*stream=*/nullptr, operands};
+  // As cost_of(), with the given platform's model instead of the runtime's.
+  LaunchCost result;
+  result.part_count = describe(launch, result.parts);
+  if (!eager_launch) {
+    for (int i = 0; i < result.part_count; ++i) result.parts[i].eager_launch = false;
+  }
+  const neuron_rt::CostModel& model = cost_model_for(platform, logical_nc_config);
+  for (int i = 0; i < result.part_count; ++i) {
+    const neuron_rt::WorkCost cost = model.cost(result.parts[i]);
+    result.cost.ns += cost.ns;
+    result.cost.fixed_ns += cost.fixed_ns;
+    result.cost.compute_ns += cost.compute_ns;
+    result.cost.memory_ns += cost.memory_ns;
+  }
+  return result;
+}
+
+}  // namespace torch_neuron

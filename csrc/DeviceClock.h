@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <string>
 #include <array>
+#include <vector>
 
 #include "Launch.h"
 #include "runtime/cost_model.h"
@@ -47,5 +48,20 @@ struct LaunchCost {
   neuron_rt::WorkCost cost;  // summed over the parts
 };
 LaunchCost cost_of(const Launch& launch);
+
+// The dry run (python/torch_neuron_sim/dry_run.py): one op costed from its metadata only, with
+// no tensor and no runtime. Its operands become storage-less tensors of those sizes and dtypes
+// (on the neuron device unless `on_device` is false: a CPU scalar), and the launch goes
+// through the same description as a live launch, costed by the cost model of `platform` and
+// `logical_nc_config`, so a dry run and a real run of the same ops agree. `eager_launch` false
+// leaves out the per-launch fixed cost (the ops of a compiled program).
+struct OperandShape {
+  std::vector<int64_t> sizes;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  bool on_device = true;
+};
+LaunchCost cost_of_shapes(const std::string& name, LaunchPath path, const std::vector<OperandShape>& inputs,
+                          const std::vector<OperandShape>& outputs, const std::string& platform,
+                          int logical_nc_config, bool eager_launch = true);
 
 }  // namespace torch_neuron

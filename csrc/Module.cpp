@@ -19,6 +19,27 @@
 namespace torch_neuron {
 namespace {
 
+// The dry run's cost of one op from metadata (DeviceClock.h, cost_of_shapes): operands as
+// (sizes, dtype, on_device) tuples; returns (ns, fixed_ns, compute_ns, memory_ns).
+void bind_dry_run(py::module& m) {
+  using Shapes = std::vector<std::tuple<std::vector<int64_t>, at::ScalarType, bool>>;
+  m.def(
+      "_cost_op",
+      [](const std::string& name, const Shapes& inputs, const Shapes& outputs, const std::string& platform,
+         int logical_nc_config, bool copy, bool eager_launch) {
+        auto convert = [](const Shapes& shapes) {
+          std::vector<OperandShape> result;
+          for (const auto& [sizes, dtype, on_device] : shapes) result.push_back({sizes, dtype, on_device});
+          return result;
+        };
+        const LaunchCost cost = cost_of_shapes(name, copy ? LaunchPath::kCopy : LaunchPath::kGeneric, convert(inputs),
+                                               convert(outputs), platform, logical_nc_config, eager_launch);
+        return py::make_tuple(cost.cost.ns, cost.cost.fixed_ns, cost.cost.compute_ns, cost.cost.memory_ns);
+      },
+      py::arg("name"), py::arg("inputs"), py::arg("outputs"), py::arg("platform"), py::arg("logical_nc_config"),
+      py::arg("copy") = false, py::arg("eager_launch") = true);
+}
+
 py::dict device_properties(int device) {
   auto& rt = runtime();
   NEURON_RT_CALL(rt.check_device(device));
@@ -92,6 +113,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_start_device_clock", &start_device_clock, py::arg("platform_file"));
   m.def("_device_clock_on", &device_clock_on);
   m.def("_device_time_ns", [](int device) { return device_time_ns(c10::DeviceIndex(device)); }, py::arg("device") = -1);
+  bind_dry_run(m);
   m.def("_is_in_bad_fork", [] { return neuron_rt::Runtime::in_bad_fork(); });
   m.def("_is_initialized", [] { return neuron_rt::Runtime::initialized(); });
   m.def("_quiesce_for_exit", &quiesce_for_exit, py::call_guard<py::gil_scoped_release>(),
