@@ -259,6 +259,9 @@ c10::intrusive_ptr<c10d::Work> CollectiveCall::issued(const c10::intrusive_ptr<N
   const Clock::time_point until = deadline_ + Milliseconds(500);
   const c10::Stream comm = queue_.comm_stream(device());
   neuron_rt::Stream& stream = NEURON_RT_CALL(runtime().stream(comm.device_index(), static_cast<int>(comm.id())));
+  // The collective starts after the work issued before it on the current stream (ready() waited
+  // for it): on the device timeline too, as ProcessGroupNCCL's stream waits for the current one.
+  stream.timeline().wait_until(current_stream(device()).timeline().now_ns());
   note_collective_launch(&stream);
   NEURON_RT_CALL(stream.enqueue([signal = work->signal(), until] {
     std::unique_lock<std::mutex> lock(signal->mutex);
