@@ -6,6 +6,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -44,9 +45,10 @@ struct OpClass {
   bool out_variant = false;  // overload "out": its out= operands are written, not read
 };
 
-// The base name: "aten::add_.Tensor" -> "add_".
+// The base name: "aten::add_.Tensor" -> "add_", "neuron::rms_norm" -> "rms_norm".
 std::string_view base_name(std::string_view name) {
-  if (name.rfind("aten::", 0) == 0) name.remove_prefix(6);
+  const size_t scope = name.find("::");
+  if (scope != std::string_view::npos) name.remove_prefix(scope + 2);
   return name.substr(0, name.find('.'));
 }
 
@@ -224,7 +226,7 @@ neuron_rt::MatmulShape matmul_shape(const at::Tensor& a, const at::Tensor& b) {
 int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
   Work& work = parts[0];
   if (launch.path == LaunchPath::kProgram || launch.path == LaunchPath::kCollective) {
-    // Phases 2 and 3 of issue 25 describe these; until then, one launch's fixed cost.
+    // Without a description (cost_of): one launch's fixed cost.
     work.kind = WorkKind::kNone;
     return 1;
   }
@@ -352,20 +354,48 @@ class ClockObserver final : public LaunchObserver {
   }
 };
 
+void add_cost(neuron_rt::WorkCost& sum, const neuron_rt::WorkCost& cost) {
+  sum.ns += cost.ns;
+  sum.fixed_ns += cost.fixed_ns;
+  sum.compute_ns += cost.compute_ns;
+  sum.memory_ns += cost.memory_ns;
+}
+
 }  // namespace
 
 LaunchCost cost_of(const Launch& launch) {
   LaunchCost result;
-  result.part_count = describe(launch, result.parts);
+  if (launch.operands.cost) {
+    result.cost = *launch.operands.cost;
+    return result;
+  }
   const neuron_rt::CostModel& model = cost_model();
+  if (launch.operands.collective) {
+    result.cost = model.cost(*launch.operands.collective);
+    return result;
+  }
+  result.part_count = describe(launch, result.parts);
   for (int i = 0; i < result.part_count; ++i) {
-    const neuron_rt::WorkCost cost = model.cost(result.parts[i]);
-    result.cost.ns += cost.ns;
-    result.cost.fixed_ns += cost.fixed_ns;
-    result.cost.compute_ns += cost.compute_ns;
-    result.cost.memory_ns += cost.memory_ns;
+    add_cost(result.cost, model.cost(result.parts[i]));
   }
   return result;
+}
+
+neuron_rt::WorkCost cost_of_program(const std::vector<ProgramStepOperands>& steps) {
+  const neuron_rt::CostModel& model = cost_model();
+  neuron_rt::WorkCost total;
+  total.fixed_ns = model.program_launch_ns();
+  total.ns = uint64_t(std::llround(total.fixed_ns));
+  for (const ProgramStepOperands& step : steps) {
+    LaunchOperands operands = LaunchOperands::of_tensors(step.inputs, step.outputs);
+    std::array<Work, kMaxLaunchParts> parts;
+    const int count = describe(Launch{LaunchPath::kDirect, step.name, 0, nullptr, operands}, parts);
+    for (int i = 0; i < count; ++i) {
+      parts[i].eager_launch = false;
+      add_cost(total, model.cost(parts[i]));
+    }
+  }
+  return total;
 }
 
 void start_device_clock(const std::string& path) {

@@ -11,10 +11,10 @@
 //
 // What each launch path gives it: direct, generic and queued eager ops (kernels/), copies
 // (Minimal.cpp) are costed from their operands (a copy launch without operands, the simulator
-// adopting a kernel's host result, costs nothing); compiled programs (kProgram) and collectives
-// (kCollective) pass the seam without operands yet and cost only their fixed launch cost
-// until their phases of issue 25 describe them (compile/Executor.cpp: one Work per step with
-// eager_launch = false plus one program launch; distributed/: bytes and ranks per algorithm).
+// adopting a kernel's host result, costs nothing); a compiled program (kProgram) passes the cost
+// cost_of_program() made when it was built (LaunchOperands::cost); a collective (kCollective)
+// passes its bytes, ranks, link and algorithm (LaunchOperands::collective). A program or
+// collective launch with neither costs one eager launch's fixed cost.
 //
 // Thread safety: start_device_clock() once, at import; the rest from any thread.
 #pragma once
@@ -63,5 +63,16 @@ struct OperandShape {
 LaunchCost cost_of_shapes(const std::string& name, LaunchPath path, const std::vector<OperandShape>& inputs,
                           const std::vector<OperandShape>& outputs, const std::string& platform,
                           int logical_nc_config, bool eager_launch = true);
+
+// One step of a compiled program, for cost_of_program(): its op ("aten::mm", "neuron::pointwise")
+// and operands. Stand-ins with the values' sizes, dtypes and devices are enough (no data is read).
+struct ProgramStepOperands {
+  const char* name;
+  std::vector<at::Tensor> inputs, outputs;
+};
+// A compiled program's cost on `device`'s platform, once, when it is built: program_launch_ns plus
+// each step costed as the eager op it is, without the eager launch cost (a fused pointwise step
+// is one VectorE pass over its operands). Only `ns` and the parts' sums are filled.
+neuron_rt::WorkCost cost_of_program(const std::vector<ProgramStepOperands>& steps);
 
 }  // namespace torch_neuron

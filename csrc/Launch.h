@@ -29,6 +29,11 @@
 #include "NeuronCommon.h"
 #include "runtime/stream.h"
 
+namespace neuron_rt {
+struct WorkCost;
+struct CollectiveWork;
+}
+
 namespace torch_neuron {
 
 // Where a launch comes from (Note [Launches]).
@@ -108,6 +113,8 @@ struct LaunchOperands {
   c10::ArrayRef<c10::IValue> arguments;             // boxed arguments: their tensors and tensor lists
   c10::ArrayRef<at::Tensor> outputs;                // results or written outputs
   c10::ArrayRef<c10::IValue> results;               // boxed results: their tensors and tensor lists
+  const neuron_rt::WorkCost* cost = nullptr;         // described beforehand (a compiled program's, when built): taken as is
+  const neuron_rt::CollectiveWork* collective = nullptr;  // a collective's bytes, ranks, link and algorithm
 
   static LaunchOperands of(c10::ArrayRef<const at::Tensor*> inputs, c10::ArrayRef<at::Tensor> outputs = {}) {
     LaunchOperands operands;

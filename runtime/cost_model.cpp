@@ -42,6 +42,11 @@ CostModel::CostModel(const PlatformSpec& spec, int logical_nc_config)
   dma_bytes_per_ns_ = spec.get("dma_chip_gbps") / cores_per_chip * lnc_;
   host_link_bytes_per_ns_ = spec.get("host_link_gbps");
   eager_launch_ns_ = spec.get("eager_launch_ns");
+  program_launch_ns_ = spec.get("program_launch_ns");
+  neuronlink_bytes_per_ns_ = spec.get("neuronlink_chip_gbps");
+  neuronlink_latency_ns_ = spec.get("neuronlink_latency_ns");
+  efa_bytes_per_ns_ = spec.get("efa_chip_gbps");
+  efa_latency_ns_ = spec.get("efa_latency_ns");
   if (array_rows_ < 1 || array_columns_ < 1) {
     throw Error(ErrorCode::kInvalidArgument, "the systolic array of " + platform_ + " must have rows and columns");
   }
@@ -106,6 +111,27 @@ WorkCost CostModel::cost(const Work& work) const {
       break;
   }
   cost.ns = uint64_t(std::llround(cost.fixed_ns + std::max(cost.compute_ns, cost.memory_ns)));
+  return cost;
+}
+
+WorkCost CostModel::cost(const CollectiveWork& work) const {
+  WorkCost cost;
+  if (work.ranks < 2) return cost;
+  const double n = work.ranks, bytes = double(work.bytes);
+  const bool efa = work.link == CollectiveLink::kEFA;
+  const double bandwidth = efa ? efa_bytes_per_ns_ : neuronlink_bytes_per_ns_;
+  const double latency = efa ? efa_latency_ns_ : neuronlink_latency_ns_;
+  double share = 1, steps = 1;  // the fraction of the bytes each rank sends; the latency steps
+  switch (work.algorithm) {
+    case CollectiveAlgorithm::kRingAllReduce: share = 2 * (n - 1) / n; steps = 2 * (n - 1); break;
+    case CollectiveAlgorithm::kRingAllGather:
+    case CollectiveAlgorithm::kRingReduceScatter: share = (n - 1) / n; steps = n - 1; break;
+    case CollectiveAlgorithm::kBroadcast: share = 1; steps = n - 1; break;
+    case CollectiveAlgorithm::kPointToPoint: share = 1; steps = 1; break;
+  }
+  cost.fixed_ns = steps * latency;
+  cost.compute_ns = share * bytes / bandwidth;
+  cost.ns = uint64_t(std::llround(cost.fixed_ns + cost.compute_ns));
   return cost;
 }
 

@@ -21,6 +21,15 @@
 //                        scale on VectorE)
 //          data movement, device copy   bytes moved / (dma_chip_gbps / physical_cores_per_chip * LNC)
 //          host transfer host bytes / host_link_gbps (the chip's link, whole)
+//  - a compiled program (one launch): program_launch_ns + the sum of its steps' costs, each a
+//    Work with eager_launch = false (a fused pointwise group is one pass over its operands)
+//  - a collective (CollectiveWork): an alpha-beta model per algorithm over n ranks, with the
+//    link's bandwidth B (per rank) and latency a: NeuronLink within an instance, EFA across:
+//          ring allreduce              2(n-1)/n * bytes / B + 2(n-1) * a
+//          ring allgather, reduce-scatter   (n-1)/n * bytes / B +  (n-1) * a   (bytes: the whole buffer)
+//          broadcast (pipelined chain)        bytes / B +  (n-1) * a
+//          send / recv                        bytes / B +        a
+//    the latency part is its fixed_ns, the bandwidth part its compute_ns; one rank costs nothing
 //  - the timeline (timeline.h): each stream appends its launches' durations in issue order;
 //    events carry the time of their stream at record and a wait moves the waiting stream's
 //    time up to it.
@@ -74,6 +83,19 @@ struct Work {
   bool eager_launch = true;  // pays the eager per-launch cost (a compiled program's ops do not)
 };
 
+// How a collective moves its data (Note [Device clock]).
+enum class CollectiveAlgorithm : uint8_t { kRingAllReduce, kRingAllGather, kRingReduceScatter, kBroadcast, kPointToPoint };
+// The link between the ranks: NeuronLink within an instance, EFA across instances.
+enum class CollectiveLink : uint8_t { kNeuronLink, kEFA };
+
+// One collective, as the device sees it.
+struct CollectiveWork {
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::kRingAllReduce;
+  uint64_t bytes = 0;  // the whole buffer: allreduce's tensor, allgather's output, reduce-scatter's input
+  int ranks = 1;
+  CollectiveLink link = CollectiveLink::kNeuronLink;
+};
+
 // A prediction, in nanoseconds, with its parts (for the profiler's track and reports).
 struct WorkCost {
   uint64_t ns = 0;          // fixed + max(compute, memory), rounded to the nearest ns
@@ -89,6 +111,9 @@ class CostModel {
   CostModel(const PlatformSpec& spec, int logical_nc_config);
 
   WorkCost cost(const Work& work) const;
+  WorkCost cost(const CollectiveWork& work) const;
+  // The fixed cost of launching one compiled program (its steps add their own costs).
+  double program_launch_ns() const { return program_launch_ns_; }
 
   const std::string& platform() const { return platform_; }
   int logical_nc_config() const { return lnc_; }
@@ -107,7 +132,8 @@ class CostModel {
   double vector_bf16_per_ns_, vector_other_per_ns_;
   double scalar_bf16_per_ns_, scalar_other_per_ns_;
   double hbm_bytes_per_ns_, dma_bytes_per_ns_, host_link_bytes_per_ns_;
-  double eager_launch_ns_;
+  double eager_launch_ns_, program_launch_ns_;
+  double neuronlink_bytes_per_ns_, neuronlink_latency_ns_, efa_bytes_per_ns_, efa_latency_ns_;
 };
 
 }  // namespace neuron_rt

@@ -24,6 +24,7 @@
 #include "../NeuronGenerator.h"
 #include "../kernels/Random.h"
 #include "../HostViews.h"
+#include "../DeviceClock.h"
 #include "../Launch.h"
 
 namespace torch_neuron {
@@ -395,6 +396,53 @@ void ProgramExecutor::build() {
   for (size_t i = 0; i < count; ++i) {
     if (fixed_[i].defined()) pristine_[i] = same_view(fixed_[i]);
   }
+  if (device_clock_on()) describe_cost();
+}
+
+namespace {
+// A tensor with `spec`'s sizes and dtype on `device` and no memory: what the device clock reads
+// of a program value (its sizes, dtype and device), never its data.
+at::Tensor shape_of(const neuron_rt::TensorSpec& spec, c10::Device device) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device), nullptr, false);
+  const c10::DispatchKey key = device.is_cpu() ? c10::DispatchKey::CPU : c10::DispatchKey::PrivateUse1;
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key),
+                                                         c10::scalarTypeToTypeMeta(scalar_type(spec.dtype)));
+  tensor.unsafeGetTensorImpl()->set_sizes_contiguous(spec.sizes);
+  return tensor;
+}
+}  // namespace
+
+// Each node is costed as the eager op it is, from its values' specs (the program has them all:
+// inputs, outputs and dynamic values have fixed sizes), without the eager launch cost; the sum
+// and one program launch are its cost per call (DeviceClock.h, cost_of_program).
+void ProgramExecutor::describe_cost() {
+  const auto& values = program_.values;
+  std::vector<at::Tensor> shapes(values.size());
+  auto shape = [&](int64_t id) -> const at::Tensor& {
+    if (!shapes[id].defined()) {
+      shapes[id] = shape_of(values[id].spec, values[id].on_host ? c10::Device(c10::kCPU) : c10::Device(kNeuron, device_));
+    }
+    return shapes[id];
+  };
+  std::vector<ProgramStepOperands> steps;
+  steps.reserve(program_.nodes.size());
+  for (const auto& node : program_.nodes) {
+    ProgramStepOperands step{node.op.c_str(), {}, {}};
+    for (const ProgramArg& arg : node.args) {
+      if (arg.kind == ProgramArg::Kind::kValue && arg.integer >= 0 && size_t(arg.integer) < values.size()) {
+        step.inputs.push_back(shape(arg.integer));
+      } else if (arg.kind == ProgramArg::Kind::kValueList) {
+        for (int64_t id : arg.list) {
+          if (id >= 0 && size_t(id) < values.size()) step.inputs.push_back(shape(id));
+        }
+      }
+    }
+    for (int32_t id : node.outputs) {
+      if (id >= 0 && size_t(id) < values.size()) step.outputs.push_back(shape(id));
+    }
+    steps.push_back(std::move(step));
+  }
+  cost_ = std::make_unique<neuron_rt::WorkCost>(cost_of_program(steps));
 }
 
 // Note [Fixed values keep their metadata]
@@ -643,7 +691,9 @@ std::vector<at::Tensor> ProgramExecutor::run(const std::vector<at::Tensor>& inpu
   std::vector<at::Tensor> outputs;
   c10::DeviceGuard guard(c10::Device(kNeuron, device_));
   bind_call(*state, inputs, outputs);
-  note_launch(LaunchPath::kProgram, program_.name.c_str(), device_, &stream);  // one launch per call
+  LaunchOperands described;
+  described.cost = cost_.get();
+  note_launch(LaunchPath::kProgram, program_.name.c_str(), device_, &stream, described);  // one launch per call
   if (rt.launch_blocking() || runs_inline_) {
     // Inline also in asynchronous mode when the program draws random numbers (draws happen in
     // program order with the host's, as eager random ops do), runs a non-ATen kernel (which

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "runtime/buffer.h"
+#include "runtime/cost_model.h"
 #include "runtime/program.h"
 
 namespace torch_neuron {
@@ -69,6 +70,7 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   void execute(RunState& state);
   void execute_steps(RunState& state, std::vector<std::pair<const std::string*, uint64_t>>* times);
   void check_fixed(const Step& step);  // Note [Fixed values keep their metadata]
+  void describe_cost();  // Note [Device clock]: cost_ from the program's values and nodes
 
   neuron_rt::ProgramDesc program_;
   const c10::DeviceIndex device_;
@@ -83,6 +85,7 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   std::vector<int> root_;       // the value whose storage a value uses (itself for roots)
   std::vector<std::unique_ptr<Step>> steps_;
   std::atomic<uint64_t> calls_{0};
+  std::unique_ptr<neuron_rt::WorkCost> cost_;  // its predicted device time per call (null: the clock is off)
   bool runs_inline_ = false;  // also in asynchronous mode (see run())
   const void* arena_stream_ = nullptr;  // the stream of the last call (the arena's user)
   uint64_t arena_marker_ = 0;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "../../runtime/collectives.h"
+#include "../../runtime/cost_model.h"
 #include "../../runtime/error.h"
 #include "../HostViews.h"
 #include "../Launch.h"
@@ -87,7 +88,8 @@ void keep_lent_memory(std::function<void()> body) {
 }  // namespace
 
 CollectiveCall::CollectiveCall(CollectiveQueue& queue, const char* name, std::string what, int rank,
-                               c10::DeviceIndex device, c10d::OpType type, Milliseconds limit)
+                               c10::DeviceIndex device, c10d::OpType type, Milliseconds limit, int ranks,
+                               bool across_hosts)
     : queue_(queue),
       name_(name),
       what_(std::move(what)),
@@ -95,7 +97,9 @@ CollectiveCall::CollectiveCall(CollectiveQueue& queue, const char* name, std::st
       group_device_(device),
       type_(type),
       limit_(limit),
-      deadline_(Clock::now() + limit_) {}
+      deadline_(Clock::now() + limit_),
+      ranks_(ranks),
+      across_hosts_(across_hosts) {}
 
 at::Tensor CollectiveCall::host(const at::Tensor& tensor) {
   if (!tensor.defined()) return tensor;
@@ -106,20 +110,31 @@ at::Tensor CollectiveCall::host(const at::Tensor& tensor) {
   TORCH_CHECK(device_ < 0 || device_ == device, "tensors on neuron:", device_, " and neuron:", device,
               ": the tensors of one collective must be on one neuron device");
   device_ = device;
+  payload_bytes_ = std::max<uint64_t>(payload_bytes_, tensor.nbytes());
   return owning_host_view(tensor);
 }
 
 std::vector<at::Tensor> CollectiveCall::host(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> views;
   views.reserve(tensors.size());
-  for (const auto& tensor : tensors) views.push_back(host(tensor));
+  uint64_t bytes = 0;
+  for (const auto& tensor : tensors) {
+    views.push_back(host(tensor));
+    bytes += tensor.defined() ? tensor.nbytes() : 0;
+  }
+  payload_bytes_ = std::max(payload_bytes_, bytes);
   return views;
 }
 
 std::vector<std::vector<at::Tensor>> CollectiveCall::host(const std::vector<std::vector<at::Tensor>>& lists) {
   std::vector<std::vector<at::Tensor>> views;
   views.reserve(lists.size());
-  for (const auto& list : lists) views.push_back(host(list));
+  uint64_t bytes = 0;
+  for (const auto& list : lists) {
+    views.push_back(host(list));
+    for (const auto& tensor : list) bytes += tensor.defined() ? tensor.nbytes() : 0;
+  }
+  payload_bytes_ = std::max(payload_bytes_, bytes);
   return views;
 }
 
@@ -244,6 +259,9 @@ c10::intrusive_ptr<c10d::Work> CollectiveCall::issued(const c10::intrusive_ptr<N
   const Clock::time_point until = deadline_ + Milliseconds(500);
   const c10::Stream comm = queue_.comm_stream(device());
   neuron_rt::Stream& stream = NEURON_RT_CALL(runtime().stream(comm.device_index(), static_cast<int>(comm.id())));
+  // The collective starts after the work issued before it on the current stream (ready() waited
+  // for it): on the device timeline too, as ProcessGroupNCCL's stream waits for the current one.
+  stream.timeline().wait_until(current_stream(device()).timeline().now_ns());
   note_collective_launch(&stream);
   NEURON_RT_CALL(stream.enqueue([signal = work->signal(), until] {
     std::unique_lock<std::mutex> lock(signal->mutex);
@@ -258,7 +276,43 @@ c10::intrusive_ptr<c10d::Work> CollectiveCall::issued(const c10::intrusive_ptr<N
 void CollectiveCall::note_collective_launch(const neuron_rt::Stream* stream) {
   TORCH_INTERNAL_ASSERT(!launched_, name_, ": one collective call issued two launches");
   launched_ = true;
-  note_launch(LaunchPath::kCollective, name_, device(), stream);
+  // Note [Device clock]: the collective's bytes, ranks, link and algorithm. Reductions to one
+  // rank and barriers are costed as allreduces (a barrier of no bytes: its latency), gathers,
+  // scatters and all-to-alls as one ring pass.
+  neuron_rt::CollectiveWork work;
+  work.bytes = payload_bytes_;
+  work.ranks = ranks_;
+  work.link = across_hosts_ ? neuron_rt::CollectiveLink::kEFA : neuron_rt::CollectiveLink::kNeuronLink;
+  switch (type_) {
+    case c10d::OpType::BROADCAST:
+      work.algorithm = neuron_rt::CollectiveAlgorithm::kBroadcast;
+      break;
+    case c10d::OpType::ALLGATHER:
+    case c10d::OpType::_ALLGATHER_BASE:
+    case c10d::OpType::ALLGATHER_COALESCED:
+    case c10d::OpType::GATHER:
+    case c10d::OpType::COALESCED:
+      work.algorithm = neuron_rt::CollectiveAlgorithm::kRingAllGather;
+      break;
+    case c10d::OpType::REDUCE_SCATTER:
+    case c10d::OpType::_REDUCE_SCATTER_BASE:
+    case c10d::OpType::SCATTER:
+    case c10d::OpType::ALLTOALL:
+    case c10d::OpType::ALLTOALL_BASE:
+      work.algorithm = neuron_rt::CollectiveAlgorithm::kRingReduceScatter;
+      break;
+    case c10d::OpType::SEND:
+    case c10d::OpType::RECV:
+    case c10d::OpType::RECVANYSOURCE:
+      work.algorithm = neuron_rt::CollectiveAlgorithm::kPointToPoint;
+      break;
+    default:  // allreduce, allreduce_coalesced, reduce, barrier
+      work.algorithm = neuron_rt::CollectiveAlgorithm::kRingAllReduce;
+      break;
+  }
+  LaunchOperands operands;
+  operands.collective = &work;
+  note_launch(LaunchPath::kCollective, name_, device(), stream, operands);
 }
 
 std::vector<c10::Device> CollectiveCall::future_devices() const { return {c10::Device(kNeuron, device())}; }

@@ -58,9 +58,10 @@ class CollectiveCall {
  public:
   // `name`: the collective's; `what`: with the group and rank ("allreduce on neuron process
   // group '0', rank 1 of 2"). `device`: the group's, for a call whose tensors name none.
-  // `limit`: the call's timeout.
+  // `limit`: the call's timeout. `ranks`, `across_hosts`: the group's size and whether it spans
+  // hosts (instances), for the device clock (Note [Device clock]: NeuronLink within, EFA across).
   CollectiveCall(CollectiveQueue& queue, const char* name, std::string what, int rank, c10::DeviceIndex device,
-                 c10d::OpType type, Milliseconds limit);
+                 c10d::OpType type, Milliseconds limit, int ranks = 1, bool across_hosts = false);
 
   // Runs `body` (which starts the collective) with this collective named in its errors; fails
   // once the group was aborted.
@@ -147,6 +148,9 @@ class CollectiveCall {
   c10::DeviceIndex device_ = -1;
   bool ready_ = false;
   bool launched_ = false;
+  const int ranks_;
+  const bool across_hosts_;
+  uint64_t payload_bytes_ = 0;  // the largest buffer handed to host() at once (one tensor, list or list of lists)
   std::vector<std::function<void()>> finish_steps_;
 };
 

@@ -210,6 +210,7 @@ ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transpo
       options_(c10::make_intrusive<Options>("neuron", timeout)),
       device_(device) {
   init();
+  spans_hosts_ = !hosts.empty() && *std::max_element(hosts.begin(), hosts.end()) > 0;
   const char* enabled = std::getenv("NEURON_SIM_SHM_COLLECTIVES");
   if (store && !(enabled && std::string(enabled) == "0")) {
     neuron_rt::ShmGroup::Options shm_options;
@@ -311,7 +312,7 @@ std::string ProcessGroupNeuron::describe(const std::string& collective) const {
 
 CollectiveCall ProcessGroupNeuron::call(const char* name, c10d::OpType type, std::chrono::milliseconds timeout) {
   return CollectiveCall(queue_, name, describe(name), rank_, device_, type,
-                        timeout.count() > 0 ? timeout : options_->timeout);
+                        timeout.count() > 0 ? timeout : options_->timeout, size_, spans_hosts_);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Tensor>& tensors,

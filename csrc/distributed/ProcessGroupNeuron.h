@@ -159,6 +159,7 @@ class ProcessGroupNeuron final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> transport_;
   c10::intrusive_ptr<Options> options_;
   c10::DeviceIndex device_;
+  bool spans_hosts_ = false;  // ranks on several hosts (instances): the device clock's link is EFA
   std::unique_ptr<neuron_rt::ShmGroup> shm_;  // null: ranks on several hosts, or turned off
   std::unique_ptr<Hierarchy> hierarchy_;      // ranks on several hosts, some sharing one
   CollectiveQueue queue_;

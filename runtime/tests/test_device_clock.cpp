@@ -78,6 +78,34 @@ TEST(CostModel, MatmulIsTheRooflineOfPaddedTensorWorkAndHbmTraffic) {
   EXPECT_EQ(model.cost(work).ns, ns(bf16 * c("tensor_bf16_tflops") / c("tensor_fp32_tflops")));
 }
 
+TEST(CostModel, CollectivesPerAlgorithmAndLink) {
+  CostModel model(trn2(), 2);  // a collective's cost does not depend on LNC
+  const double bytes = 1 << 20, link = c("neuronlink_chip_gbps"), alpha = c("neuronlink_latency_ns");
+  CollectiveWork work;
+  work.bytes = 1 << 20;
+  work.ranks = 4;
+  // ring allreduce: 2(n-1)/n * bytes / B + 2(n-1) * alpha
+  WorkCost cost = model.cost(work);
+  EXPECT_DOUBLE_EQ(cost.compute_ns, 2.0 * 3 / 4 * bytes / link);
+  EXPECT_DOUBLE_EQ(cost.fixed_ns, 2.0 * 3 * alpha);
+  EXPECT_EQ(cost.ns, ns(2.0 * 3 / 4 * bytes / link + 6 * alpha));
+  work.algorithm = CollectiveAlgorithm::kRingAllGather;
+  EXPECT_EQ(model.cost(work).ns, ns(3.0 / 4 * bytes / link + 3 * alpha));
+  work.algorithm = CollectiveAlgorithm::kRingReduceScatter;
+  EXPECT_EQ(model.cost(work).ns, ns(3.0 / 4 * bytes / link + 3 * alpha));
+  work.algorithm = CollectiveAlgorithm::kBroadcast;
+  EXPECT_EQ(model.cost(work).ns, ns(bytes / link + 3 * alpha));
+  work.algorithm = CollectiveAlgorithm::kPointToPoint;
+  EXPECT_EQ(model.cost(work).ns, ns(bytes / link + alpha));
+  // across instances: EFA's bandwidth and latency
+  work.algorithm = CollectiveAlgorithm::kRingAllReduce;
+  work.link = CollectiveLink::kEFA;
+  EXPECT_EQ(model.cost(work).ns, ns(2.0 * 3 / 4 * bytes / c("efa_chip_gbps") + 6 * c("efa_latency_ns")));
+  work.ranks = 1;  // nothing to exchange
+  EXPECT_EQ(model.cost(work).ns, 0u);
+  EXPECT_EQ(model.program_launch_ns(), c("program_launch_ns"));
+}
+
 TEST(CostModel, PointwiseReductionSoftmaxAndCopies) {
   CostModel lnc1(trn2(), 1);
   const double launch = c("eager_launch_ns");
