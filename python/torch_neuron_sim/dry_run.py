@@ -15,6 +15,7 @@ all-reduces of the hidden states per decoder layer. The embedding and the LM hea
 import argparse
 import dataclasses
 import math
+import os
 import unittest.mock
 
 import torch
@@ -204,6 +205,9 @@ def main(argv=None):
     parser.add_argument("--input-tokens", type=int, default=192)
     parser.add_argument("--output-tokens", type=int, default=192)
     args = parser.parse_args(argv)
+    if not os.path.isfile(os.path.join(args.config_dir, "config.json")):
+        parser.error(f"{args.config_dir}: no config.json there; give a folder holding a Hugging Face model's "
+                     "config.json (weights are not needed), e.g. demo/configs/llama-3.1-8b")
     print(f"dry run: {args.config_dir} on {args.platform} LNC {args.lnc}, TP {args.tp}, batch 1, "
           f"{args.input_tokens} in / {args.output_tokens} out (predicted; eager = one launch per op)")
     print(f"{'mode':<28} {'TTFT ms':>10} {'per token ms':>13} {'launches prefill/step':>22}")

@@ -58,3 +58,12 @@ def test_the_70b_config_runs_at_tp_64_with_positive_latencies():
                                  output_tokens=2)
     assert prediction.ttft_ms > 0 and prediction.per_token_ms > 0
     assert prediction.decode_launches > 80 * 10  # every decoder layer's ops were costed
+
+
+def test_a_folder_without_a_config_is_refused_with_what_to_give(tmp_path, capsys):
+    import pytest
+    from torch_neuron_sim import dry_run
+    with pytest.raises(SystemExit) as exit_info:
+        dry_run.main([str(tmp_path), "--tp", "4"])
+    assert exit_info.value.code == 2
+    assert "no config.json there" in capsys.readouterr().err
