@@ -486,11 +486,7 @@ LaunchCost cost_of_shapes(const std::string& name, LaunchPath path, const std::v
   }
   const neuron_rt::CostModel& model = cost_model_for(platform, logical_nc_config);
   for (int i = 0; i < result.part_count; ++i) {
-    const neuron_rt::WorkCost cost = model.cost(result.parts[i]);
-    result.cost.ns += cost.ns;
-    result.cost.fixed_ns += cost.fixed_ns;
-    result.cost.compute_ns += cost.compute_ns;
-    result.cost.memory_ns += cost.memory_ns;
+    add_cost(result.cost, model.cost(result.parts[i]));
   }
   return result;
 }
