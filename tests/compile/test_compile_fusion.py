@@ -256,3 +256,22 @@ print({name: calls for name, calls, seconds in _C.program_profile() if seconds >
     assert sum(profile.values()) >= 6, profile
     result = run_python(code, dict(env, NEURON_SIM_PROGRAM_PROFILE="0"))
     assert result.returncode == 0 and result.stdout.strip().splitlines()[-1] == "{}", result.stdout + result.stderr[-2000:]
+
+
+def test_a_residual_stream_is_materialised_not_recomputed_by_ever_larger_groups():
+    """Each layer's residual add is read by the next norm's square and by the next add: recomputing
+    it in both groups made every later group read all earlier layers' inputs again (the dry run
+    saw a 70B prefill's groups grow by one 160 MB input a layer)."""
+    def layers(x, *deltas):
+        for delta in deltas:
+            x = x + delta          # the residual stream
+            x = x + (x * x) * 0.5  # a norm-like use and the next add
+        return x
+
+    def widest(depth):
+        tensors = [torch.randn(4, 8, device="neuron") for _ in range(depth + 1)]
+        gm = torch.fx.experimental.proxy_tensor.make_fx(layers)(*tensors)
+        plan = fusion.Plan(gm.graph, "neuron")
+        return max(len(leaves) for _, leaves in plan.groups.values())
+
+    assert widest(8) == widest(2) <= 3

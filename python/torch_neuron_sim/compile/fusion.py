@@ -3,7 +3,8 @@ the ATen graph become one "neuron::pointwise" program node, and its code.
 
 A pointwise node whose every user is itself fusable is not materialised: it is computed
 inside each group that reads it (recomputed when several do: cheap elementwise work against
-one more kernel launch and buffer). A fusable node with a user that is not fusable, or that
+one more kernel launch and buffer), unless several groups read it and it has several inputs
+(then recomputing reads more than materialising: a residual stream's adds). A fusable node with a user that is not fusable, or that
 the graph returns, is a group's root: its group is its closure over non-materialised
 pointwise arguments, bounded by MAX_INSTRUCTIONS (beyond, the node is materialised). Groups
 of one op stay the ATen op (its direct kernel)."""
@@ -92,18 +93,22 @@ class Plan:
                 torch.fx.node.map_arg(n.args, returned.add)
         materialised = {n for n in candidates if n in returned or any(u not in candidates for u in n.users)}
         inline = candidates - materialised
+        # Recomputing a node in each of its users' groups reads its inputs once per group: free
+        # for a node of one input (a convert read twice instead of written once and read twice),
+        # but a node of several inputs read by several groups is materialised, or a chain of such
+        # nodes (a residual stream of adds, each read by the next layer's norm and add) would be
+        # recomputed by ever larger groups, reading every earlier input again.
+        for node in sorted(inline, key=self._order.__getitem__):
+            if len(node.users) > 1 and len(self._leaves(self._closure(node, inline), inline)) > 1:
+                inline.discard(node)
+                materialised.add(node)
         # Every inlined node is computed by each group that reaches it; a group too large
         # materialises its root's inlined arguments, until every group fits.
         while True:
             groups, changed = {}, False
             for root in sorted(materialised, key=self._order.__getitem__):
                 members = self._closure(root, inline)
-                leaves = []
-                for m in members:
-                    for arg in m.args:
-                        if isinstance(arg, torch.fx.Node) and arg not in inline and arg is not m and \
-                                arg not in leaves:
-                            leaves.append(arg)
+                leaves = self._leaves(members, inline)
                 if len(members) > MAX_INSTRUCTIONS or len(leaves) > MAX_INPUTS:
                     for arg in root.args:
                         if isinstance(arg, torch.fx.Node) and arg in inline:
@@ -117,6 +122,16 @@ class Plan:
                 break
         self.groups = groups
         self.inline = inline
+
+    @staticmethod
+    def _leaves(members, inline):
+        """The inputs of a group of `members`: their arguments computed outside it, in order."""
+        leaves = []
+        for m in members:
+            for arg in m.args:
+                if isinstance(arg, torch.fx.Node) and arg not in inline and arg is not m and arg not in leaves:
+                    leaves.append(arg)
+        return leaves
 
     def _closure(self, root, inline):
         """root and its inlined ancestors, in graph order (root last)."""
