@@ -121,12 +121,15 @@ WorkCost CostModel::cost(const CollectiveWork& work) const {
   const bool efa = work.link == CollectiveLink::kEFA;
   const double bandwidth = efa ? efa_bytes_per_ns_ : neuronlink_bytes_per_ns_;
   const double latency = efa ? efa_latency_ns_ : neuronlink_latency_ns_;
+  // Hops of a ring over every rank, or within each chip and then over the chips.
+  const double on_chip = std::min<double>(std::max(work.ranks_per_chip, 1), n);
+  const double hops = (on_chip - 1) + (std::ceil(n / on_chip) - 1);
   double share = 1, steps = 1;  // the fraction of the bytes each rank sends; the latency steps
   switch (work.algorithm) {
-    case CollectiveAlgorithm::kRingAllReduce: share = 2 * (n - 1) / n; steps = 2 * (n - 1); break;
+    case CollectiveAlgorithm::kRingAllReduce: share = 2 * (n - 1) / n; steps = 2 * hops; break;
     case CollectiveAlgorithm::kRingAllGather:
-    case CollectiveAlgorithm::kRingReduceScatter: share = (n - 1) / n; steps = n - 1; break;
-    case CollectiveAlgorithm::kBroadcast: share = 1; steps = n - 1; break;
+    case CollectiveAlgorithm::kRingReduceScatter: share = (n - 1) / n; steps = hops; break;
+    case CollectiveAlgorithm::kBroadcast: share = 1; steps = hops; break;
     case CollectiveAlgorithm::kPointToPoint: share = 1; steps = 1; break;
   }
   cost.fixed_ns = steps * latency;

@@ -29,7 +29,12 @@
 //          ring allgather, reduce-scatter   (n-1)/n * bytes / B +  (n-1) * a   (bytes: the whole buffer)
 //          broadcast (pipelined chain)        bytes / B +  (n-1) * a
 //          send / recv                        bytes / B +        a
-//    the latency part is its fixed_ns, the bandwidth part its compute_ns; one rank costs nothing
+//    the latency part is its fixed_ns, the bandwidth part its compute_ns; one rank costs nothing.
+//    Ranks that share a chip (ranks_per_chip r > 1, n = r * c over c chips) are combined
+//    hierarchically, within each chip then across the chips: the latency steps become
+//    2(r-1) + 2(c-1) for an allreduce ((r-1) + (c-1) for allgather, reduce-scatter, broadcast)
+//    instead of 2(n-1); the bytes term is the ring's. A live collective has r = 1 (a process
+//    per rank, its chip unknown); the dry run gives r = physical cores per chip / LNC.
 //  - the timeline (timeline.h): each stream appends its launches' durations in issue order;
 //    events carry the time of their stream at record and a wait moves the waiting stream's
 //    time up to it.
@@ -94,6 +99,7 @@ struct CollectiveWork {
   uint64_t bytes = 0;  // the whole buffer: allreduce's tensor, allgather's output, reduce-scatter's input
   int ranks = 1;
   CollectiveLink link = CollectiveLink::kNeuronLink;
+  int ranks_per_chip = 1;  // > 1: hierarchical latency steps (Note [Device clock])
 };
 
 // A prediction, in nanoseconds, with its parts (for the profiler's track and reports).

@@ -101,6 +101,15 @@ TEST(CostModel, CollectivesPerAlgorithmAndLink) {
   work.algorithm = CollectiveAlgorithm::kRingAllReduce;
   work.link = CollectiveLink::kEFA;
   EXPECT_EQ(model.cost(work).ns, ns(2.0 * 3 / 4 * bytes / c("efa_chip_gbps") + 6 * c("efa_latency_ns")));
+  // 64 ranks, 4 on each of 16 chips: within each chip, then across the chips
+  work.link = CollectiveLink::kNeuronLink;
+  work.ranks = 64;
+  work.ranks_per_chip = 4;
+  EXPECT_EQ(model.cost(work).ns, ns(2.0 * 63 / 64 * bytes / link + (2 * 3 + 2 * 15) * alpha));
+  work.algorithm = CollectiveAlgorithm::kRingAllGather;
+  EXPECT_EQ(model.cost(work).ns, ns(63.0 / 64 * bytes / link + (3 + 15) * alpha));
+  work.ranks_per_chip = 1;  // a flat ring
+  EXPECT_EQ(model.cost(work).ns, ns(63.0 / 64 * bytes / link + 63 * alpha));
   work.ranks = 1;  // nothing to exchange
   EXPECT_EQ(model.cost(work).ns, 0u);
   EXPECT_EQ(model.program_launch_ns(), c("program_launch_ns"));
