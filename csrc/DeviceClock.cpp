@@ -381,8 +381,9 @@ LaunchCost cost_of(const Launch& launch) {
   return result;
 }
 
-neuron_rt::WorkCost cost_of_program(const std::vector<ProgramStepOperands>& steps) {
-  const neuron_rt::CostModel& model = cost_model();
+namespace {
+neuron_rt::WorkCost program_cost(const std::vector<ProgramStepOperands>& steps, const neuron_rt::CostModel& model,
+                                 std::vector<neuron_rt::WorkCost>* per_step = nullptr) {
   neuron_rt::WorkCost total;
   total.fixed_ns = model.program_launch_ns();
   total.ns = uint64_t(std::llround(total.fixed_ns));
@@ -390,12 +391,25 @@ neuron_rt::WorkCost cost_of_program(const std::vector<ProgramStepOperands>& step
     LaunchOperands operands = LaunchOperands::of_tensors(step.inputs, step.outputs);
     std::array<Work, kMaxLaunchParts> parts;
     const int count = describe(Launch{LaunchPath::kDirect, step.name, 0, nullptr, operands}, parts);
+    neuron_rt::WorkCost cost;
     for (int i = 0; i < count; ++i) {
       parts[i].eager_launch = false;
-      add_cost(total, model.cost(parts[i]));
+      add_cost(cost, model.cost(parts[i]));
     }
+    add_cost(total, cost);
+    if (per_step) per_step->push_back(cost);
   }
   return total;
+}
+}  // namespace
+
+neuron_rt::WorkCost cost_of_program(const std::vector<ProgramStepOperands>& steps) {
+  return program_cost(steps, cost_model());
+}
+
+neuron_rt::WorkCost cost_of_program(const std::vector<ProgramStepOperands>& steps, const std::string& platform,
+                                    int logical_nc_config, std::vector<neuron_rt::WorkCost>* per_step) {
+  return program_cost(steps, cost_model_for(platform, logical_nc_config), per_step);
 }
 
 void start_device_clock(const std::string& path) {
@@ -451,6 +465,9 @@ const char* interned(const std::string& name) {
   return entry->c_str();
 }
 
+
+}  // namespace
+
 const neuron_rt::CostModel& cost_model_for(const std::string& platform, int logical_nc_config) {
   static std::mutex mutex;
   static auto* models = new std::map<std::pair<std::string, int>, std::unique_ptr<neuron_rt::CostModel>>();
@@ -466,7 +483,6 @@ const neuron_rt::CostModel& cost_model_for(const std::string& platform, int logi
   return *model;
 }
 
-}  // namespace
 
 LaunchCost cost_of_shapes(const std::string& name, LaunchPath path, const std::vector<OperandShape>& inputs,
                           const std::vector<OperandShape>& outputs, const std::string& platform,

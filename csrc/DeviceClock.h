@@ -64,6 +64,10 @@ LaunchCost cost_of_shapes(const std::string& name, LaunchPath path, const std::v
                           const std::vector<OperandShape>& outputs, const std::string& platform,
                           int logical_nc_config, bool eager_launch = true);
 
+// The cost model of `platform` at `logical_nc_config` (made once, kept), without a runtime: the
+// dry run's. Raises naming the platforms the data file has when it has no such table.
+const neuron_rt::CostModel& cost_model_for(const std::string& platform, int logical_nc_config);
+
 // One step of a compiled program, for cost_of_program(): its op ("aten::mm", "neuron::pointwise")
 // and operands. Stand-ins with the values' sizes, dtypes and devices are enough (no data is read).
 struct ProgramStepOperands {
@@ -74,5 +78,9 @@ struct ProgramStepOperands {
 // each step costed as the eager op it is, without the eager launch cost (a fused pointwise step
 // is one VectorE pass over its operands). Only `ns` and the parts' sums are filled.
 neuron_rt::WorkCost cost_of_program(const std::vector<ProgramStepOperands>& steps);
+// The same on a given platform (the dry run: a lowered program never built, no runtime);
+// `per_step`, when given, receives each step's cost.
+neuron_rt::WorkCost cost_of_program(const std::vector<ProgramStepOperands>& steps, const std::string& platform,
+                                    int logical_nc_config, std::vector<neuron_rt::WorkCost>* per_step = nullptr);
 
 }  // namespace torch_neuron

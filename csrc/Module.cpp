@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "NeuronAllocator.h"
@@ -38,6 +39,44 @@ void bind_dry_run(py::module& m) {
       },
       py::arg("name"), py::arg("inputs"), py::arg("outputs"), py::arg("platform"), py::arg("logical_nc_config"),
       py::arg("copy") = false, py::arg("eager_launch") = true);
+  // One collective from its size (the cost model's alpha-beta model, as a live collective is
+  // costed): algorithm "allreduce", "allgather", "reduce_scatter", "broadcast" or "send";
+  // link "neuronlink" or "efa"; ranks_per_chip > 1 combines within chips first. Returns (ns, fixed_ns, compute_ns, memory_ns).
+  m.def(
+      "_cost_collective",
+      [](const std::string& algorithm, uint64_t bytes, int ranks, const std::string& link, const std::string& platform,
+         int logical_nc_config, int ranks_per_chip) {
+        static const std::map<std::string, neuron_rt::CollectiveAlgorithm> algorithms = {
+            {"allreduce", neuron_rt::CollectiveAlgorithm::kRingAllReduce},
+            {"allgather", neuron_rt::CollectiveAlgorithm::kRingAllGather},
+            {"reduce_scatter", neuron_rt::CollectiveAlgorithm::kRingReduceScatter},
+            {"broadcast", neuron_rt::CollectiveAlgorithm::kBroadcast},
+            {"send", neuron_rt::CollectiveAlgorithm::kPointToPoint}};
+        auto it = algorithms.find(algorithm);
+        TORCH_CHECK(it != algorithms.end(), "_cost_collective: unknown algorithm '", algorithm,
+                    "'; one of allreduce, allgather, reduce_scatter, broadcast, send");
+        TORCH_CHECK(link == "neuronlink" || link == "efa", "_cost_collective: link '", link,
+                    "' must be neuronlink or efa");
+        neuron_rt::CollectiveWork work;
+        work.algorithm = it->second;
+        work.bytes = bytes;
+        work.ranks = ranks;
+        work.link = link == "efa" ? neuron_rt::CollectiveLink::kEFA : neuron_rt::CollectiveLink::kNeuronLink;
+        work.ranks_per_chip = ranks_per_chip;
+        const auto cost = cost_model_for(platform, logical_nc_config).cost(work);
+        return py::make_tuple(cost.ns, cost.fixed_ns, cost.compute_ns, cost.memory_ns);
+      },
+      py::arg("algorithm"), py::arg("bytes"), py::arg("ranks"), py::arg("link"), py::arg("platform"),
+      py::arg("logical_nc_config"), py::arg("ranks_per_chip") = 1);
+  // One logical core's peaks (MFU/MBU denominators): (BF16 FLOP/s, HBM bytes/s).
+  m.def(
+      "_peak_rates",
+      [](const std::string& platform, int logical_nc_config) {
+        const auto& model = cost_model_for(platform, logical_nc_config);
+        return py::make_tuple(model.tensor_flops_per_ns(neuron_rt::NumberFormat::kBF16) * 1e9,
+                              model.hbm_bytes_per_ns() * 1e9);
+      },
+      py::arg("platform"), py::arg("logical_nc_config"));
 }
 
 py::dict device_properties(int device) {

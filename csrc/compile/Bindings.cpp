@@ -234,6 +234,25 @@ void bind_programs(py::module& m) {
     check_shapes(out, a, b, "_small_matmul_unchecked");
     return small_matmul_unchecked(out, a, b);
   });
+  // The dry run (python/torch_neuron_sim/dry_run.py): a lowered program's predicted cost per call
+  // on `platform`, as the executor would cost it once built (DeviceClock.h, cost_of_program);
+  // checked, never built. Returns (ns, fixed_ns, compute_ns, memory_ns), and with steps=True
+  // also each step's (op, ns).
+  m.def(
+      "_cost_program",
+      [](const py::dict& d, const std::string& platform, int logical_nc_config, bool steps) -> py::tuple {
+        ProgramDesc desc = program_from_dict(d);
+        NEURON_RT_CALL(neuron_rt::check_program(desc));
+        std::vector<neuron_rt::WorkCost> per_step;
+        const auto cost = cost_of_program(program_step_operands(desc, 0), platform, logical_nc_config,
+                                          steps ? &per_step : nullptr);
+        auto total = py::make_tuple(cost.ns, cost.fixed_ns, cost.compute_ns, cost.memory_ns);
+        if (!steps) return total;
+        py::list listed;
+        for (size_t i = 0; i < per_step.size(); ++i) listed.append(py::make_tuple(desc.nodes[i].op, per_step[i].ns));
+        return py::make_tuple(total, listed);
+      },
+      py::arg("desc"), py::arg("platform"), py::arg("logical_nc_config"), py::arg("steps") = false);
   m.def("encode_program", [](const py::dict& d) {
     auto p = program_from_dict(d);
     return py::bytes(neuron_rt::encode_program(p));

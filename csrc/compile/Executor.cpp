@@ -412,21 +412,20 @@ at::Tensor shape_of(const neuron_rt::TensorSpec& spec, c10::Device device) {
 }
 }  // namespace
 
-// Each node is costed as the eager op it is, from its values' specs (the program has them all:
-// inputs, outputs and dynamic values have fixed sizes), without the eager launch cost; the sum
-// and one program launch are its cost per call (DeviceClock.h, cost_of_program).
-void ProgramExecutor::describe_cost() {
-  const auto& values = program_.values;
+// Each node is the eager op it is, with stand-ins for its values (the program has all their
+// specs: inputs, outputs and dynamic values have fixed sizes).
+std::vector<ProgramStepOperands> program_step_operands(const neuron_rt::ProgramDesc& program, c10::DeviceIndex device) {
+  const auto& values = program.values;
   std::vector<at::Tensor> shapes(values.size());
   auto shape = [&](int64_t id) -> const at::Tensor& {
     if (!shapes[id].defined()) {
-      shapes[id] = shape_of(values[id].spec, values[id].on_host ? c10::Device(c10::kCPU) : c10::Device(kNeuron, device_));
+      shapes[id] = shape_of(values[id].spec, values[id].on_host ? c10::Device(c10::kCPU) : c10::Device(kNeuron, device));
     }
     return shapes[id];
   };
   std::vector<ProgramStepOperands> steps;
-  steps.reserve(program_.nodes.size());
-  for (const auto& node : program_.nodes) {
+  steps.reserve(program.nodes.size());
+  for (const auto& node : program.nodes) {
     ProgramStepOperands step{node.op.c_str(), {}, {}};
     for (const ProgramArg& arg : node.args) {
       if (arg.kind == ProgramArg::Kind::kValue && arg.integer >= 0 && size_t(arg.integer) < values.size()) {
@@ -442,7 +441,13 @@ void ProgramExecutor::describe_cost() {
     }
     steps.push_back(std::move(step));
   }
-  cost_ = std::make_unique<neuron_rt::WorkCost>(cost_of_program(steps));
+  return steps;
+}
+
+// The steps' costs without the eager launch cost, summed, and one program launch are the
+// program's cost per call (DeviceClock.h, cost_of_program).
+void ProgramExecutor::describe_cost() {
+  cost_ = std::make_unique<neuron_rt::WorkCost>(cost_of_program(program_step_operands(program_, device_)));
 }
 
 // Note [Fixed values keep their metadata]

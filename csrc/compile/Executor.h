@@ -37,6 +37,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../DeviceClock.h"
 #include "runtime/buffer.h"
 #include "runtime/cost_model.h"
 #include "runtime/program.h"
@@ -90,6 +91,11 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   const void* arena_stream_ = nullptr;  // the stream of the last call (the arena's user)
   uint64_t arena_marker_ = 0;
 };
+
+// The device clock's view of `program`'s nodes on `device` (DeviceClock.h, cost_of_program):
+// each node's op and storage-less stand-ins of its values. The executor costs itself with it
+// once, when built; the dry run costs a lowered program it never builds.
+std::vector<ProgramStepOperands> program_step_operands(const neuron_rt::ProgramDesc& program, c10::DeviceIndex device);
 
 // The ops a program step runs through their direct kernel (Note [Direct kernels]).
 std::vector<std::string> program_direct_ops();
