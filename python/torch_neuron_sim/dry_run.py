@@ -1,14 +1,25 @@
 """The dry run (issue 25 §2): a Hugging Face causal LM built from its config on the meta device,
-run without computing values, each ATen op costed by the device clock's own cost path
-(`_C._cost_op`: the same description and cost model as a live launch, from sizes and dtypes
-only), so a model of any size is predicted on a laptop.
+run without computing values, costed by the device clock's own cost path, so a model of any
+size is predicted on a laptop. Two modes:
 
-Tensor parallelism of degree T is approximated by running one rank's shard of the model: the
-column-parallel linears (q/k/v/gate/up) have their output dimension divided by T and the
+- "compiled" (the default; what NxD Inference and vLLM run on Trainium): the forward is traced
+  by torch.compile with the neuron backend's own passes and lowering (fused pointwise groups
+  and all), one program for the prefill and one for a decode step over a static KV cache, and
+  each program is costed as the live executor costs it (`_C._cost_program`: one program launch
+  plus its steps).
+- "eager": each ATen op that launches on the device is costed as a live eager launch
+  (`_C._cost_op`: the same description and cost as a live launch, from sizes and dtypes only).
+
+Tensor parallelism of degree T runs one rank's shard of the model, as NxD Inference shards it:
+the column-parallel linears (q/k/v/gate/up) have their output dimension divided by T and the
 row-parallel ones (o/down) their input dimension (heads, key-value heads (at least one per
-rank, replicated as NxD Inference does) and the MLP's intermediate size divided by T), plus two
-all-reduces of the hidden states per decoder layer. The embedding and the LM head stay whole
-(not vocabulary-parallel), which overcounts them.
+rank, replicated) and the MLP's intermediate size divided by T), the embedding and LM head are
+split by vocabulary, and each decoder layer adds two all-reduces of the hidden states (after
+attention and after the MLP), costed by the cost model's collective model (`_C._cost_collective`)
+as a live collective is; the logits of the vocabulary shards are gathered once per forward.
+Layers of one kind are costed from a two-layer and a three-layer trace (the third layer's cost,
+times the remaining layers) so a 70B config answers in seconds; a model whose layers differ
+(`config.layer_types`) is traced whole.
 
     python -m torch_neuron_sim.dry_run CONFIG_DIR --platform trn2 --tp 4 --input-tokens 192 --output-tokens 192
 """
@@ -25,16 +36,8 @@ from torch.utils._pytree import tree_flatten
 import torch_neuron_sim  # noqa: F401  (loads _C and the platform data file)
 from torch_neuron_sim import _C
 
-# Collectives are not in the cost model yet (issue 25 phase 3). Until they are, an all-reduce
-# costs what the live clock charges a collective launch (one eager launch's fixed cost) plus
-# this ALPHA-BETA PLACEHOLDER: 2 * ceil(log2 T) steps of COLLECTIVE_STEP_NS, and the ring's
-# 2 (T - 1) / T of the bytes over the chip's NeuronLink bandwidth. Not fitted to anything.
-NEURONLINK_CHIP_GBPS = {
-    "trn1": 768,  # assumed: NeuronLink-v2 per chip, not in the project's reference files
-    "trn2": 1280,  # DELTA 2.1: NeuronLink-v3 1.28 TB/s per chip
-    "trn3": 2560,  # DELTA 2.1: NeuronLink-v4 2.56 TB/s per chip
-}
-COLLECTIVE_STEP_NS = 2000  # assumed: per-step latency of a collective; no published figure
+COST_MODEL_VERSION = "v1"  # the cost model's version (runtime/cost_model.h, data/platforms.toml)
+PLATFORMS = ("trn1", "trn2", "trn3")
 
 
 def costs_a_launch(func):
@@ -57,10 +60,11 @@ def _attention_as_on_the_device(query, key, value, attn_mask=None, dropout_p=0.0
         query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
 
 
-def _dry_run_attention(*args, **kwargs):
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    with unittest.mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _attention_as_on_the_device):
-        return sdpa_attention_forward(*args, **kwargs)
+def routed_attention():
+    """Within it, transformers' SDPA attention launches what it launches on the device (above).
+    Patched around a whole forward, not inside it, so that Dynamo traces it without a break."""
+    return unittest.mock.patch.object(torch.nn.functional, "scaled_dot_product_attention",
+                                      _attention_as_on_the_device)
 
 
 ATTENTION = "neuron_dry_run"
@@ -68,8 +72,9 @@ ATTENTION = "neuron_dry_run"
 
 def _register_attention():
     from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-    AttentionInterface.register(ATTENTION, _dry_run_attention)
+    AttentionInterface.register(ATTENTION, sdpa_attention_forward)  # under routed_attention()
     AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the masks of "sdpa", as the live model
 
 
@@ -87,6 +92,18 @@ class CostingMode(TorchDispatchMode):
         self.ns = 0
         self.launches = 0
         self.by_op = {}
+        self._routing = None
+
+    def __enter__(self):
+        self._routing = routed_attention()
+        self._routing.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._routing.__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -116,20 +133,71 @@ class CostingMode(TorchDispatchMode):
 
 @dataclasses.dataclass
 class Prediction:
+    """Predicted figures of one platform, TP degree and mode, batch 1 (milliseconds)."""
+    platform: str
+    tp: int
+    mode: str
+    serving: str
     ttft_ms: float
     per_token_ms: float
-    prefill_launches: int
-    decode_launches: int
-    allreduce_ms_per_forward: float
+    prefill_launches: int  # launches of one rank's prefill (compiled: programs)
+    decode_launches: int  # of one decode step
+    collectives_ms_per_token: float  # the decode step's all-reduces and logits gather
+    mfu_prefill: float  # the prefill's model FLOPs over the TTFT, against the rank's BF16 peak
+    mbu_decode: float  # a decode step's weight and KV-cache bytes over its time, against the rank's HBM peak
+
+    @property
+    def tokens_per_s(self):
+        return 1000.0 / self.per_token_ms if self.per_token_ms > 0 else float("nan")
 
 
-def allreduce_ns(nbytes, tp, platform, logical_nc_config, eager_launch=True):
-    """One all-reduce of `nbytes` over `tp` ranks (see NEURONLINK_CHIP_GBPS: a placeholder)."""
+def calibration_error():
+    """The largest |predicted / published - 1| of the calibration checks (docs/device-clock.md,
+    data/calibration.json) for this cost model, as a fraction; None when not calibrated."""
+    from .calibration import calibration_error as stored
+    return stored()
+
+
+def platform_constant(platform, name):
+    """A constant of the platform data file (data/platforms.toml), by platform and name."""
+    import tomllib
+    path = os.path.join(os.path.dirname(__file__), "data", "platforms.toml")
+    with open(path, "rb") as f:
+        table = tomllib.load(f)
+    if platform not in table:
+        raise ValueError(f"platform {platform!r} is not in {path}; choose one of {', '.join(sorted(table))}")
+    return table[platform][name]["value"]
+
+
+def serving_overhead_ns(serving):
+    """The fixed cost per model step of serving stack `serving` (data/serving.toml)."""
+    import tomllib
+    path = os.path.join(os.path.dirname(__file__), "data", "serving.toml")
+    with open(path, "rb") as f:
+        table = tomllib.load(f)
+    if serving not in table:
+        raise ValueError(f"serving {serving!r} is not in {path}; choose one of {', '.join(table)}")
+    return table[serving]["step_overhead_ns"]["value"]
+
+
+SERVING = ("device", "nxdi", "vllm-neuron")
+
+
+def ranks_per_instance(platform, logical_nc_config):
+    """Logical cores of one instance (the NeuronLink domain); a TP group larger spans EFA."""
+    return (platform_constant(platform, "chips_per_instance") * platform_constant(platform, "physical_cores_per_chip")
+            // logical_nc_config)
+
+
+def collective_ns(algorithm, nbytes, tp, platform, logical_nc_config):
+    """One collective of `nbytes` over `tp` ranks, as the live clock costs it (_C._cost_collective),
+    the ranks packed on chips (physical cores per chip / LNC each) and combined within each chip
+    first (Note [Device clock])."""
     if tp <= 1:
         return 0
-    launch = _C._cost_op("allreduce", [], [], platform, logical_nc_config, False, eager_launch)[0]
-    steps = 2 * math.ceil(math.log2(tp))
-    return launch + steps * COLLECTIVE_STEP_NS + 2 * (tp - 1) / tp * nbytes / NEURONLINK_CHIP_GBPS[platform]
+    link = "neuronlink" if tp <= ranks_per_instance(platform, logical_nc_config) else "efa"
+    per_chip = platform_constant(platform, "physical_cores_per_chip") // logical_nc_config
+    return _C._cost_collective(algorithm, int(nbytes), tp, link, platform, logical_nc_config, per_chip)[0]
 
 
 def shard_config(config, tp):
@@ -144,14 +212,24 @@ def shard_config(config, tp):
     config.num_attention_heads //= tp
     config.num_key_value_heads = max(1, config.num_key_value_heads // tp)
     config.intermediate_size //= tp
+    config.vocab_size = -(-config.vocab_size // tp)  # vocabulary-parallel embedding and LM head
     return config
 
 
-def build(config_or_dir, tp=1, dtype=torch.bfloat16):
-    """The model of one rank on the meta device (no weights), from a config or a config folder."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-    config = config_or_dir if not isinstance(config_or_dir, str) else AutoConfig.from_pretrained(config_or_dir)
-    config = shard_config(config, tp)
+def _load_config(config_or_dir):
+    from transformers import AutoConfig
+    return config_or_dir if not isinstance(config_or_dir, str) else AutoConfig.from_pretrained(config_or_dir)
+
+
+def build(config_or_dir, tp=1, dtype=torch.bfloat16, layers=None):
+    """The model of one rank on the meta device (no weights), from a config or a config folder;
+    `layers` keeps the first that many decoder layers."""
+    from transformers import AutoModelForCausalLM
+    config = shard_config(_load_config(config_or_dir), tp)
+    if layers is not None:
+        config.num_hidden_layers = layers
+        if getattr(config, "layer_types", None):
+            config.layer_types = config.layer_types[:layers]
     _register_attention()
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=ATTENTION)
@@ -176,45 +254,181 @@ def generate_costed(model, input_tokens, output_tokens, mode_factory, device="me
     return modes[0], modes[1:]
 
 
+class ProgramCosts:
+    """A Dynamo backend that lowers each graph with the neuron backend's own passes and lowering
+    (compile/passes.py, compile/lowering.py: the program the device would run) and costs the
+    program as the live executor would (`_C._cost_program`); the graph itself runs as traced
+    (on meta). `ns` and `calls` accumulate over the programs' calls."""
+
+    def __init__(self, platform, logical_nc_config):
+        from torch._dynamo.backends.common import aot_autograd
+        from .compile.backend import _decompositions
+        self.platform, self.lnc = platform, logical_nc_config
+        self.ns = 0
+        self.calls = 0
+        self.nodes = []  # per program compiled: its steps
+        self.backend = aot_autograd(fw_compiler=self._compile, inference_compiler=self._compile,
+                                    decompositions=_decompositions(), keep_inference_input_mutations=True)
+
+    def _compile(self, gm, example_inputs):
+        import copy
+        from . import op_set
+        from .compile import passes
+        from .compile.lowering import lower
+        lowered = copy.deepcopy(gm)  # the passes rewrite it for the device; `gm` runs on meta
+        passes.run_passes(lowered, on_device_ops=op_set.on_device())
+        desc, _ = lower(lowered, f"dry_run_{len(self.nodes)}", metadata={}, device_type="meta")
+        ns = _C._cost_program(desc, self.platform, self.lnc)[0]
+        self.nodes.append(len(desc["nodes"]))
+
+        def run(*args):
+            self.ns += ns
+            self.calls += 1
+            return gm(*args)
+        return run
+
+
+def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, cache_len, layers=None,
+                        step_tokens=1):
+    """(prefill ns, decode step ns, programs per forward) of one rank, compiled: the prefill of
+    `input_tokens` and one decode step of `step_tokens` (a speculative verify step: several) over
+    a static KV cache of `cache_len` positions (a compiled decode step reads its whole cache
+    bucket, as NxD Inference's do)."""
+    from transformers import StaticCache
+    model = build(config, tp, layers=layers)
+    costs = ProgramCosts(platform, logical_nc_config)
+    torch._dynamo.reset()  # one trace per shape and model: no guards left from another run
+    forward = torch.compile(model.forward, backend=costs.backend, fullgraph=True, dynamic=False)
+    cache = StaticCache(config=model.config, max_cache_len=cache_len)
+    measured = []
+    with torch.no_grad(), routed_attention(), torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+        for ids, positions in ((torch.zeros(1, input_tokens, dtype=torch.long, device="meta"),
+                                torch.arange(input_tokens, device="meta")),
+                               (torch.zeros(1, step_tokens, dtype=torch.long, device="meta"),
+                                torch.arange(input_tokens, input_tokens + step_tokens, device="meta"))):
+            before_ns, before_calls = costs.ns, costs.calls
+            forward(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1, cache_position=positions)
+            measured.append((costs.ns - before_ns, costs.calls - before_calls))
+    torch._dynamo.reset()
+    (prefill_ns, programs), (decode_ns, _) = measured
+    return prefill_ns, decode_ns, programs
+
+
+def _uniform_layers(config):
+    types = getattr(config, "layer_types", None)
+    return not types or len(set(types)) == 1
+
+
+def compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, cache_len, step_tokens=1):
+    """As _compiled_forward_ns for the whole model. Layers of one kind are costed from a two-layer
+    and a three-layer trace: the third layer's cost (a layer between two others, its residual
+    fused with its neighbours as inside the whole model) times each layer past the second."""
+    layers = config.num_hidden_layers
+    args = (config, tp, platform, logical_nc_config, input_tokens, cache_len)
+    if layers <= 3 or not _uniform_layers(config):
+        return _compiled_forward_ns(*args, step_tokens=step_tokens)
+    two = _compiled_forward_ns(*args, layers=2, step_tokens=step_tokens)
+    three = _compiled_forward_ns(*args, layers=3, step_tokens=step_tokens)
+    return tuple(a + (layers - 2) * (b - a) for a, b in zip(two[:2], three[:2])) + (two[2],)
+
+
+def _collectives_ns(config, tokens, tp, platform, logical_nc_config, itemsize=2):
+    """One forward's collectives of one rank: two all-reduces of the hidden states per decoder
+    layer, and the gather of the last position's logits from the vocabulary shards."""
+    per_layer = 2 * collective_ns("allreduce", tokens * config.hidden_size * itemsize, tp, platform, logical_nc_config)
+    logits = collective_ns("allgather", config.vocab_size * 4, tp, platform, logical_nc_config)
+    return config.num_hidden_layers * per_layer + logits
+
+
+def _model_figures(config, tp, input_tokens, context, itemsize=2):
+    """(prefill FLOPs, decode-step bytes) of one rank: 2 FLOPs per weight per token plus causal
+    attention's q.k and p.v; a step reads every weight once and the KV cache of `context`."""
+    shard = shard_config(config, tp)
+    with torch.device("meta"):
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_config(shard)
+    weights = sum(p.numel() for name, p in model.named_parameters() if "embed_tokens" not in name)
+    heads_dim = shard.num_attention_heads * shard.head_dim
+    flops = 2 * weights * input_tokens + 2 * shard.num_hidden_layers * heads_dim * input_tokens * input_tokens
+    kv = 2 * shard.num_hidden_layers * shard.num_key_value_heads * shard.head_dim * context * itemsize
+    return flops, weights * itemsize + kv
+
+
 def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=2, input_tokens=192, output_tokens=192,
-            eager_launch=True):
-    model = build(config_or_dir, tp)
-    prefill, steps = generate_costed(model, input_tokens, output_tokens,
-                                     lambda: CostingMode(platform, logical_nc_config, eager_launch))
-    layers, hidden = model.config.num_hidden_layers, model.config.hidden_size
-    itemsize = 2
-
-    def reduce_ns(tokens):
-        return 2 * layers * allreduce_ns(tokens * hidden * itemsize, tp, platform, logical_nc_config, eager_launch)
-
-    decode_ns = [mode.ns + reduce_ns(1) for mode in steps]
+            mode="compiled", serving="device", step_tokens=1, max_model_len=None):
+    """Predicted TTFT and per-token latency of greedy generation, batch 1 (see the module's doc).
+    `serving` adds a serving stack's fixed cost per step (data/serving.toml; "device": none);
+    `step_tokens` > 1 predicts a speculative verify step of that many tokens (compiled only;
+    per_token_ms is then the step's time). `max_model_len` is the static KV cache's length
+    (default: input + output tokens): a compiled step reads all of it, as vLLM Neuron's decode
+    programs read their whole `max_model_len` block table. Raises ValueError when `tp` does not divide the
+    model's heads or MLP, or for an unknown platform, mode or serving stack."""
+    if mode not in ("compiled", "eager"):
+        raise ValueError(f"mode {mode!r}: choose 'compiled' (what NxD Inference and vLLM run) or 'eager'")
+    if input_tokens < 1 or output_tokens < 1:
+        raise ValueError(f"input_tokens {input_tokens} and output_tokens {output_tokens} must be at least 1")
+    config = _load_config(config_or_dir)
+    platform_constant(platform, "chips_per_instance")  # an unknown platform is refused here
+    overhead_ns = serving_overhead_ns(serving)
+    if step_tokens != 1 and mode != "compiled":
+        raise ValueError("step_tokens > 1 (a verify step) is predicted in compiled mode only")
+    shard_config(config, tp)  # a TP degree that does not divide is refused before any trace
+    if mode == "compiled":
+        cache_len = max_model_len or input_tokens + output_tokens
+        if cache_len < input_tokens + output_tokens:
+            raise ValueError(f"max_model_len {cache_len} is shorter than {input_tokens} input + {output_tokens} "
+                             "output tokens")
+        prefill_ns, step_ns, programs = compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens,
+                                                            cache_len + step_tokens - 1, step_tokens)
+        prefill_launches = decode_launches = programs
+    else:
+        model = build(config, tp)
+        prefill, steps = generate_costed(model, input_tokens, output_tokens,
+                                         lambda: CostingMode(platform, logical_nc_config))
+        prefill_ns = prefill.ns
+        step_ns = sum(m.ns for m in steps) / len(steps) if steps else 0.0
+        prefill_launches, decode_launches = prefill.launches, steps[0].launches if steps else 0
+    step_collectives = _collectives_ns(config, step_tokens, tp, platform, logical_nc_config)
+    ttft_ns = prefill_ns + _collectives_ns(config, input_tokens, tp, platform, logical_nc_config) + overhead_ns
+    per_token_ns = step_ns + step_collectives + overhead_ns if output_tokens > 1 else float("nan")
+    flops, step_bytes = _model_figures(config, tp, input_tokens, input_tokens + output_tokens // 2)
+    peak_flops, peak_bytes = _C._peak_rates(platform, logical_nc_config)
     return Prediction(
-        ttft_ms=(prefill.ns + reduce_ns(input_tokens)) / 1e6,
-        per_token_ms=(sum(decode_ns) / len(decode_ns) / 1e6) if decode_ns else float("nan"),
-        prefill_launches=prefill.launches,
-        decode_launches=steps[0].launches if steps else 0,
-        allreduce_ms_per_forward=reduce_ns(1) / 1e6)
+        platform=platform, tp=tp, mode=mode, serving=serving, ttft_ms=ttft_ns / 1e6, per_token_ms=per_token_ns / 1e6,
+        prefill_launches=prefill_launches, decode_launches=decode_launches,
+        collectives_ms_per_token=step_collectives / 1e6,
+        mfu_prefill=flops / (ttft_ns * 1e-9) / peak_flops,
+        mbu_decode=step_bytes / (per_token_ns * 1e-9) / peak_bytes if output_tokens > 1 else float("nan"))
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config_dir")
-    parser.add_argument("--platform", default="trn2", choices=sorted(NEURONLINK_CHIP_GBPS))
+    parser.add_argument("--platform", default="trn2", choices=PLATFORMS)
     parser.add_argument("--tp", type=int, default=1)
-    parser.add_argument("--lnc", type=int, default=2)
+    parser.add_argument("--lnc", type=int, default=2, choices=(1, 2))
     parser.add_argument("--input-tokens", type=int, default=192)
     parser.add_argument("--output-tokens", type=int, default=192)
+    parser.add_argument("--mode", default="compiled", choices=("compiled", "eager"))
+    parser.add_argument("--serving", default="device", choices=SERVING,
+                        help="add a serving stack's fixed cost per step (data/serving.toml); default: the device alone")
+    parser.add_argument("--step-tokens", type=int, default=1, help="tokens per decode step (a verify step: >1)")
+    parser.add_argument("--max-model-len", type=int, help="the static KV cache's length (default: input + output)")
     args = parser.parse_args(argv)
     if not os.path.isfile(os.path.join(args.config_dir, "config.json")):
         parser.error(f"{args.config_dir}: no config.json there; give a folder holding a Hugging Face model's "
                      "config.json (weights are not needed), e.g. demo/configs/llama-3.1-8b")
+    try:
+        p = predict(args.config_dir, args.platform, args.tp, args.lnc, args.input_tokens, args.output_tokens,
+                    args.mode, args.serving, args.step_tokens, args.max_model_len)
+    except ValueError as error:
+        parser.error(str(error))
     print(f"dry run: {args.config_dir} on {args.platform} LNC {args.lnc}, TP {args.tp}, batch 1, "
-          f"{args.input_tokens} in / {args.output_tokens} out (predicted; eager = one launch per op)")
-    print(f"{'mode':<28} {'TTFT ms':>10} {'per token ms':>13} {'launches prefill/step':>22}")
-    for label, eager in (("eager", True), ("device work only (no launch)", False)):
-        p = predict(args.config_dir, args.platform, args.tp, args.lnc, args.input_tokens, args.output_tokens, eager)
-        print(f"{label:<28} {p.ttft_ms:>10.1f} {p.per_token_ms:>13.2f} "
-              f"{f'{p.prefill_launches}/{p.decode_launches}':>22}")
+          f"{args.input_tokens} in / {args.output_tokens} out, {args.mode}, serving: {args.serving} "
+          f"(predicted, cost model {COST_MODEL_VERSION})")
+    print(f"TTFT {p.ttft_ms:.1f} ms, per token {p.per_token_ms:.2f} ms ({p.tokens_per_s:.1f} tokens/s), "
+          f"collectives {p.collectives_ms_per_token:.2f} ms per token, MFU (prefill) {p.mfu_prefill:.1%}, "
+          f"MBU (decode) {p.mbu_decode:.1%}, launches prefill/step {p.prefill_launches}/{p.decode_launches}")
 
 
 if __name__ == "__main__":

@@ -55,9 +55,91 @@ def test_the_binding_costs_a_matmul_as_the_live_clock():
 
 def test_the_70b_config_runs_at_tp_64_with_positive_latencies():
     prediction = dry_run.predict(os.path.join(CONFIGS, "llama-3.3-70b"), "trn2", tp=64, input_tokens=128,
-                                 output_tokens=2)
+                                 output_tokens=2, mode="eager")
     assert prediction.ttft_ms > 0 and prediction.per_token_ms > 0
     assert prediction.decode_launches > 80 * 10  # every decoder layer's ops were costed
+    compiled = dry_run.predict(os.path.join(CONFIGS, "llama-3.3-70b"), "trn2", tp=64, input_tokens=128,
+                               output_tokens=2)
+    assert compiled.decode_launches == 1 and 0 < compiled.per_token_ms < prediction.per_token_ms
+    assert 0 < compiled.mfu_prefill < 1 and 0 < compiled.mbu_decode < 1
+
+
+def compiled_live_ns(model, ids):
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    compiled(input_ids=ids, use_cache=False, logits_to_keep=1)  # compiles
+    start = torch_neuronx.device_time()
+    compiled(input_ids=ids, use_cache=False, logits_to_keep=1)
+    return (torch_neuronx.device_time() - start) * 1e6
+
+
+@pytest.mark.parametrize("tokens", [1, 8])
+def test_compiled_dry_run_of_a_tiny_llama_equals_the_live_compiled_program(tokens):
+    """The dry run's compiled mode lowers with the neuron backend's passes and costs the program
+    as the executor does: equal to the live clock's time for the program torch.compile built."""
+    properties = torch.neuron.get_device_properties(0)
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    live_model = transformers.AutoModelForCausalLM.from_config(tiny_llama(), dtype=torch.bfloat16,
+                                                               attn_implementation="sdpa").eval().to("neuron")
+    with torch.no_grad():
+        live = compiled_live_ns(live_model, torch.zeros(1, tokens, dtype=torch.long, device="neuron"))
+        torch._dynamo.reset()
+        costs = dry_run.ProgramCosts(properties.platform, properties.logical_nc_config)
+        meta_model = dry_run.build(tiny_llama())
+        forward = torch.compile(meta_model, backend=costs.backend, fullgraph=True)
+        with dry_run.routed_attention():
+            forward(input_ids=torch.zeros(1, tokens, dtype=torch.long, device="meta"), use_cache=False,
+                    logits_to_keep=1)
+    torch._dynamo.reset()
+    assert costs.calls == 1
+    assert costs.ns == pytest.approx(live, rel=0.01)
+
+
+def test_compiled_decode_is_predicted_faster_than_eager_and_layers_extrapolate():
+    config = tiny_llama()
+    config.num_hidden_layers = 6
+    eager = dry_run.predict(config, "trn2", tp=2, input_tokens=16, output_tokens=3, mode="eager")
+    compiled = dry_run.predict(config, "trn2", tp=2, input_tokens=16, output_tokens=3)
+    assert compiled.per_token_ms < eager.per_token_ms / 10  # one program launch against one per op
+    # six layers of one kind are costed from two- and three-layer traces: the same as tracing six
+    prefill, step, _ = dry_run.compiled_forward_ns(config, 2, "trn2", 2, 16, 19)
+    whole = dry_run._compiled_forward_ns(config, 2, "trn2", 2, 16, 19)
+    assert prefill == pytest.approx(whole[0], rel=1e-6) and step == pytest.approx(whole[1], rel=1e-6)
+
+
+def test_serving_stacks_add_their_data_file_cost_per_step():
+    import tomllib
+    with open(os.path.join(os.path.dirname(dry_run.__file__), "data", "serving.toml"), "rb") as f:
+        overhead_ms = tomllib.load(f)["vllm-neuron"]["step_overhead_ns"]["value"] / 1e6
+    device = dry_run.predict(tiny_llama(), "trn2", input_tokens=8, output_tokens=2)
+    served = dry_run.predict(tiny_llama(), "trn2", input_tokens=8, output_tokens=2, serving="vllm-neuron")
+    assert served.ttft_ms == pytest.approx(device.ttft_ms + overhead_ms)
+    assert served.per_token_ms == pytest.approx(device.per_token_ms + overhead_ms)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mode": "fast"}, "mode 'fast'"),
+    ({"serving": "tgi"}, "serving 'tgi' is not in"),
+    ({"platform": "trn9"}, "platform 'trn9' is not in"),
+    ({"tp": 3}, "tp 3 must divide"),
+    ({"mode": "eager", "step_tokens": 4}, "compiled mode only"),
+])
+def test_bad_arguments_are_refused_with_what_to_choose(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        dry_run.predict(tiny_llama(), **{"input_tokens": 4, "output_tokens": 2, **kwargs})
+
+
+def test_tp_collectives_are_the_cost_models_hierarchical_all_reduce():
+    """64 ranks at LNC 2 on trn2: 4 per chip, 16 chips: 2*3 + 2*15 latency steps (hand count)."""
+    import tomllib
+    with open(os.path.join(os.path.dirname(dry_run.__file__), "data", "platforms.toml"), "rb") as f:
+        trn2 = {k: v["value"] for k, v in tomllib.load(f)["trn2"].items()}
+    nbytes = 8192 * 2
+    expected = 2 * 63 / 64 * nbytes / trn2["neuronlink_chip_gbps"] + 36 * trn2["neuronlink_latency_ns"]
+    assert dry_run.collective_ns("allreduce", nbytes, 64, "trn2", 2) == round(expected)
+    # beyond one instance (64 ranks at LNC 2), EFA
+    efa = 2 * 127 / 128 * nbytes / trn2["efa_chip_gbps"] + (2 * 3 + 2 * 31) * trn2["efa_latency_ns"]
+    assert dry_run.collective_ns("allreduce", nbytes, 128, "trn2", 2) == round(efa)
 
 
 def test_a_folder_without_a_config_is_refused_with_what_to_give(tmp_path, capsys):
