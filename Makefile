@@ -15,7 +15,7 @@ DEBIAN_PACKAGES := g++ cmake ninja-build libgtest-dev ccache
 SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h csrc/compile/*.cpp csrc/compile/*.h csrc/distributed/*.cpp csrc/distributed/*.h runtime/*.cpp runtime/*.h) setup.py pyproject.toml
 EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
-.PHONY: demo test test-distributed test-cpu-variants wheel test-wheel docs test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean fuzz
+.PHONY: demo test test-distributed test-cpu-variants wheel test-wheel docs calibrate test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean fuzz
 
 demo: build
 	$(PY) scripts/demo.py
@@ -43,6 +43,11 @@ docs: build
 	$(PY) -m neuron_migrate run demo/migrate/workload.toml --on neuron --baseline cpu \
 	  --out build/neuron-migrate-demo --no-progress || test $$? -eq 3
 	$(PY) scripts/update_docs.py build/neuron-migrate-demo
+
+# The device clock's calibration table (docs/device-clock.md) and data/calibration.json, predicted
+# again by the dry run (tests/device/test_calibration.py fails when they are stale).
+calibrate: build
+	HF_HUB_OFFLINE=1 $(PY) -m torch_neuron_sim.calibration
 
 # Debian packages: compilers, cmake, ninja, GoogleTest, ccache. Checked every run.
 deps:

@@ -1,0 +1,36 @@
+"""The calibration table (issue 25 §4; docs/device-clock.md): the stored predictions and the
+docs' table are what the dry run predicts now; the issue's 20% bar, and how far v1 is from it."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from torch_neuron_sim import calibration, dry_run
+
+pytest.importorskip("transformers")
+
+
+def test_the_stored_table_and_docs_are_current():
+    """Re-predicts every published row (about a minute) and compares with the committed files."""
+    done = subprocess.run([sys.executable, "-m", "torch_neuron_sim.calibration", "--check"], capture_output=True,
+                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)
+    assert done.returncode == 0, done.stderr
+
+
+def test_fitted_figures_are_marked_and_the_error_is_the_largest_check():
+    with open(calibration.RESULTS) as f:
+        results = json.load(f)
+    assert results["cost_model"] == dry_run.COST_MODEL_VERSION
+    fitted = [r for r in results["rows"] if r["fitted"]]
+    assert [(r["model"], r["metric"]) for r in fitted] == [("Llama-3.1-8B", "per_token_ms")]
+    assert dry_run.calibration_error() == max(abs(r["error"]) for r in results["rows"] if not r["fitted"])
+
+
+@pytest.mark.xfail(strict=True, reason="issue 25's bar: every check within 20%. Cost model v1 predicts the 8B row's "
+                                       "TTFT 20.1% low (docs/device-clock.md); not tuned to pass")
+def test_every_check_is_within_the_issues_20_percent():
+    with open(calibration.RESULTS) as f:
+        results = json.load(f)
+    assert all(abs(row["error"]) <= 0.20 for row in results["rows"] if not row["fitted"])
