@@ -16,6 +16,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "DeviceTrack.h"
 #include "NeuronCommon.h"
 #include "runtime/platform_spec.h"
 
@@ -350,7 +351,8 @@ class ClockObserver final : public LaunchObserver {
     if (launch.device < 0) return;
     const LaunchCost cost = cost_of(launch);
     const neuron_rt::Stream& stream = launch.stream ? *launch.stream : current_stream(launch.device);
-    stream.timeline().append(cost.cost.ns);
+    const neuron_rt::TimelineSpan span = stream.timeline().append(cost.cost.ns);
+    if (device_track_recording()) record_device_span(launch, stream, cost, span);
   }
 };
 

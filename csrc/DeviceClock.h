@@ -16,6 +16,9 @@
 // passes its bytes, ranks, link and algorithm (LaunchOperands::collective). A program or
 // collective launch with neither costs one eager launch's fixed cost.
 //
+// While the profiler's device track records (DeviceTrack.h), the observer hands it each
+// launch's cost and the span its stream's timeline gave it.
+//
 // Thread safety: start_device_clock() once, at import; the rest from any thread.
 #pragma once
 
@@ -40,7 +43,7 @@ bool device_clock_on();
 uint64_t device_time_ns(c10::DeviceIndex device);
 
 // What the clock makes of one launch: its parts (one for most ops; an attention is two
-// matmuls and a softmax) and their cost. For tests and the later profiler track.
+// matmuls and a softmax) and their cost. For tests and the profiler's device track (DeviceTrack.h).
 constexpr int kMaxLaunchParts = 3;
 struct LaunchCost {
   std::array<neuron_rt::Work, kMaxLaunchParts> parts;

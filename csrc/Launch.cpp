@@ -18,6 +18,11 @@
 
 namespace torch_neuron {
 
+const char* launch_path_name(LaunchPath path) {
+  static const char* names[kLaunchPaths] = {"direct", "generic", "queued", "program", "collective", "copy"};
+  return names[size_t(path)];
+}
+
 bool asynchronous() { return !runtime().launch_blocking(); }
 
 int64_t inline_bytes_limit() {

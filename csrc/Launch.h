@@ -6,7 +6,7 @@
 // copy. Each path calls note_launch() once per launch with what it is (path, name, device,
 // stream) and what it reads and writes (LaunchOperands: the tensors, so an observer can cost
 // it); observers registered here see every launch (the launch counts of tests, the device clock
-// (DeviceClock.h), later the profiler's device track), so they see what the device runs whichever
+// (DeviceClock.h), which also records the profiler's device track (DeviceTrack.h)), so they see what the device runs whichever
 // path runs it. A launch that runs at the call is noted after its kernel (its outputs are known
 // then; a kernel that throws is not a launch); a queued one when it is queued (its outputs
 // are preallocated). Both are on the launching thread, in issue order. The policy decides where work runs: launch-blocking (NEURON_LAUNCH_BLOCKING=1,
@@ -46,6 +46,8 @@ enum class LaunchPath : uint8_t {
   kCopy,        // a copy between host and device or within the device (kernels/Minimal.cpp)
 };
 constexpr int kLaunchPaths = 6;
+// "direct", "generic", "queued", "program", "collective", "copy".
+const char* launch_path_name(LaunchPath path);
 
 // ---- the policy ---------------------------------------------------------------------------
 
@@ -157,9 +159,11 @@ class LaunchObserver {
   virtual ~LaunchObserver() = default;
   virtual void on_launch(const Launch& launch) = 0;
 };
-// The observers: one slot each, so the clock keeps running while a test counts launches.
-enum class LaunchObserverSlot : uint8_t { kCounter, kClock, kProfiler };
-constexpr int kLaunchObserverSlots = 3;
+// The observers: one slot each, so the clock keeps running while a test counts launches. The
+// profiler's device track has no slot of its own: it records the spans the clock places
+// (DeviceTrack.h), so a launch is costed once.
+enum class LaunchObserverSlot : uint8_t { kCounter, kClock };
+constexpr int kLaunchObserverSlots = 2;
 // Registers `observer` in `slot` (kept for the process; nullptr empties the slot).
 void set_launch_observer(LaunchObserverSlot slot, LaunchObserver* observer);
 

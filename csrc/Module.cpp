@@ -11,6 +11,7 @@
 #include "NeuronCommon.h"
 #include "NeuronGenerator.h"
 #include "DeviceClock.h"
+#include "DeviceTrack.h"
 #include "Dtype64.h"
 #include "OpTracking.h"
 #include "HostViews.h"
@@ -79,6 +80,32 @@ void bind_dry_run(py::module& m) {
       py::arg("platform"), py::arg("logical_nc_config"));
 }
 
+// The profiler's device track (DeviceTrack.h). _device_track_stop() returns (spans, dropped),
+// each span a tuple (device, stream, start_ns, end_ns, name, path, engine, work, bytes, flops,
+// fixed_ns, compute_ns, memory_ns); torch_neuronx.profiling names the fields.
+void bind_device_track(py::module& m) {
+  register_device_track_profiler();
+  m.def("_check_device_track", &check_device_track_available);
+  m.def("_device_track_start", &start_device_track);
+  m.def("_device_track_stop", [] {
+    neuron_rt::DeviceTrack::Recording recording = stop_device_track();
+    py::list spans(recording.spans.size());
+    for (size_t i = 0; i < recording.spans.size(); ++i) {
+      const neuron_rt::DeviceSpan& s = recording.spans[i];
+      spans[i] = py::make_tuple(s.device, s.stream, s.start_ns, s.end_ns, s.name, s.path, neuron_rt::engine_name(s.engine),
+                                s.work, s.bytes, s.flops, s.fixed_ns, s.compute_ns, s.memory_ns);
+    }
+    return py::make_tuple(std::move(spans), recording.dropped);
+  });
+  // Tests: the most spans one recording keeps (default DeviceTrack::kDefaultCapacity); returns the previous.
+  m.def("_set_device_track_capacity", [](size_t capacity) {
+    auto& track = neuron_rt::DeviceTrack::get();
+    const size_t previous = track.capacity();
+    track.set_capacity(capacity);
+    return previous;
+  }, py::arg("capacity"));
+}
+
 py::dict device_properties(int device) {
   auto& rt = runtime();
   NEURON_RT_CALL(rt.check_device(device));
@@ -142,10 +169,9 @@ PYBIND11_MODULE(_C, m) {
   // Note [Launches]: tests count what passes the seam, per path.
   m.def("_count_launches", &count_launches, py::arg("on"));
   m.def("_launch_counts", [] {
-    static const char* names[kLaunchPaths] = {"direct", "generic", "queued", "program", "collective", "copy"};
     const auto counts = launch_counts();
     py::dict result;
-    for (int i = 0; i < kLaunchPaths; ++i) result[names[i]] = counts[i];
+    for (int i = 0; i < kLaunchPaths; ++i) result[launch_path_name(LaunchPath(i))] = counts[i];
     return result;
   });
   // Note [Device clock] (DeviceClock.h).
@@ -153,6 +179,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_clock_on", &device_clock_on);
   m.def("_device_time_ns", [](int device) { return device_time_ns(c10::DeviceIndex(device)); }, py::arg("device") = -1);
   bind_dry_run(m);
+  bind_device_track(m);
   m.def("_is_in_bad_fork", [] { return neuron_rt::Runtime::in_bad_fork(); });
   m.def("_is_initialized", [] { return neuron_rt::Runtime::initialized(); });
   m.def("_quiesce_for_exit", &quiesce_for_exit, py::call_guard<py::gil_scoped_release>(),

@@ -1,20 +1,39 @@
 """torch_neuronx.profiling: AWS's profiling entry points over torch.profiler.
 
-    cfg = NeuronConfig(modes=[ProfileMode.RUNTIME], profile_output_dir="/tmp/traces")
+    cfg = NeuronConfig(modes=[ProfileMode.DEVICE], profile_output_dir="/tmp/traces")
     with torch.profiler.profile(activities=[ProfilerActivity.CPU], experimental_config=cfg,
                                 on_trace_ready=NeuronProfiler(cfg).export_trace) as prof:
         ...
     with NeuronProfiler(neuron_output_dir="./output"):   # the older form: a context manager
         ...
 
-The simulated device's kernels are host code, so the trace holds the ATen ops, streams'
-work and copies as torch.profiler records them on the host; there is no device-side
-(engine-level) timeline. ProfileMode.DEVICE is accepted and gives the same host trace."""
+The host's side of the trace is what torch.profiler records: the ATen ops, streams' work and
+copies as the host runs them. With ProfileMode.DEVICE (and in the older form while the device
+clock runs) the trace also holds the device, as Kineto shows a CUDA stream's kernels: one
+track per (device, stream), "neuron:<device> stream <id> (predicted Trainium)", with a span per
+launch (eager op, copy, compiled program, collective) and its engine (TensorE, VectorE,
+ScalarE, DMA, CC, program), launch path, bytes and FLOPs in its args.
+
+The device spans are the device clock's (docs/device-clock.md): predicted Trainium time, in
+nanoseconds since the runtime started, not the host's wall time. Their durations, order and
+gaps are the prediction. Their place beside the host events is not: the tracks are shifted so
+that the first device span starts at the profile's first host event (each span's args keep its
+predicted start and end). Recording starts and stops with the profile (the extension's Kineto
+plugin reads the NeuronConfig), and NeuronProfiler.export_trace (the on_trace_ready callback,
+or the context manager's exit) merges the spans into the Chrome trace it writes;
+prof.export_chrome_trace alone writes the host's side only. ProfileMode.DEVICE needs the clock
+(NEURON_SIM_DEVICE_CLOCK=1, the default); NeuronConfig raises when it is off. ProfileMode.RUNTIME
+alone gives the host's trace."""
 import enum
+import gzip
+import json
 import os
+import warnings
 
 import torch
 from torch._C._profiler import _ExperimentalConfig
+
+import torch_neuron_sim as _sim
 
 __all__ = ["ProfileMode", "NeuronConfig", "NeuronProfiler"]
 
@@ -31,6 +50,8 @@ def NeuronConfig(modes=(ProfileMode.RUNTIME,), max_events_per_nc=None, capture_e
     for mode in modes:
         if not isinstance(mode, ProfileMode):
             raise TypeError(f"NeuronConfig: modes must be ProfileMode values, got {mode!r}")
+    if ProfileMode.DEVICE in modes:
+        _sim._C._check_device_track()  # raises, saying how to turn the clock on
     fields = {"modes": ",".join(mode.value for mode in modes), "profile_output_dir": profile_output_dir}
     if max_events_per_nc is not None:
         fields["max_events_per_nc"] = int(max_events_per_nc)
@@ -42,12 +63,59 @@ def NeuronConfig(modes=(ProfileMode.RUNTIME,), max_events_per_nc=None, capture_e
     return _ExperimentalConfig(custom_profiler_config=";".join(f"{k}:{v}" for k, v in fields.items()))
 
 
-def _output_dir(config):
+def _field(config, name, default):
     for field in config.custom_profiler_config.split(";"):
         key, _, value = field.partition(":")
-        if key == "profile_output_dir":
+        if key == name:
             return value
-    return "./output"
+    return default
+
+
+# The fields of a span of _C._device_track_stop() (csrc/Module.cpp, bind_device_track).
+_SPAN_FIELDS = ("device", "stream", "start_ns", "end_ns", "name", "path", "engine", "work", "bytes", "flops",
+                "fixed_ns", "compute_ns", "memory_ns")
+_DEVICE_PID = 10_000_000  # + the device index: above any host pid (Linux's pid_max is at most 2**22)
+
+
+def _device_track_events(spans, origin_us):
+    """Chrome trace events for the device spans: metadata naming a process per device and a
+    thread per stream, then one "X" event per span, the first one starting at `origin_us`."""
+    first_ns = min(span[2] for span in spans)
+    events = []
+    for device in sorted({span[0] for span in spans}):
+        props = torch.neuron.get_device_properties(device)
+        name = f"neuron:{device} predicted Trainium ({props.platform}, LNC {props.logical_nc_config})"
+        events += [{"ph": "M", "name": "process_name", "pid": _DEVICE_PID + device, "tid": 0, "args": {"name": name}},
+                   {"ph": "M", "name": "process_sort_index", "pid": _DEVICE_PID + device, "tid": 0,
+                    "args": {"sort_index": _DEVICE_PID + device}}]
+    for device, stream in sorted({(span[0], span[1]) for span in spans}):
+        events.append({"ph": "M", "name": "thread_name", "pid": _DEVICE_PID + device, "tid": stream,
+                       "args": {"name": f"neuron:{device} stream {stream} (predicted Trainium)"}})
+    for span in spans:
+        args = dict(zip(_SPAN_FIELDS, span))
+        args["time"] = "predicted device time (ns since the runtime started), not host time"
+        events.append({"ph": "X", "cat": "kernel", "name": args.pop("name"), "pid": _DEVICE_PID + args["device"],
+                       "tid": args["stream"], "ts": round(origin_us + (args["start_ns"] - first_ns) / 1e3, 3),
+                       "dur": round((args["end_ns"] - args["start_ns"]) / 1e3, 3), "args": args})
+    return events
+
+
+def _merge_device_track(path, spans, dropped):
+    """Adds the device track to the Chrome trace at `path` (gzipped when it ends in .gz)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as file:
+        trace = json.load(file)
+    events = trace.setdefault("traceEvents", [])
+    # The host's own events (Kineto's profile window is a span of the string pid "Spans").
+    host = [event["ts"] for event in events if event.get("ph") == "X" and isinstance(event.get("pid"), int)]
+    if spans:
+        events += _device_track_events(spans, min(host) if host else 0.0)
+    trace["neuronDeviceTrack"] = {"spans": len(spans), "dropped": dropped, "time": "predicted (device clock)"}
+    with opener(path, "wt") as file:
+        json.dump(trace, file)
+    if dropped:
+        warnings.warn(f"the device track kept its first {len(spans)} spans and dropped {dropped}: "
+                      "profile fewer steps (a torch.profiler schedule) for the whole device track")
 
 
 class NeuronProfiler:
@@ -63,7 +131,12 @@ class NeuronProfiler:
                 pytorch_activities, config = config, None  # the older positional form
             else:
                 raise TypeError(f"NeuronProfiler: expected a NeuronConfig, got {config!r}")
-        self.output_dir = _output_dir(config) if config is not None else neuron_output_dir
+        if config is None:  # the older form: the device track too, while the clock runs
+            modes = [ProfileMode.DEVICE, ProfileMode.RUNTIME] if _sim._C._device_clock_on() else [ProfileMode.RUNTIME]
+            config = NeuronConfig(modes=modes, profile_output_dir=neuron_output_dir)
+        self.config = config
+        self.output_dir = _field(config, "profile_output_dir", "./output")
+        self.device_track = ProfileMode.DEVICE.value in _field(config, "modes", "").split(",")
         self.activities = pytorch_activities or [torch.profiler.ProfilerActivity.CPU]
         self.record_shapes = record_shapes
         self.trace_file = pytorch_trace_file
@@ -80,11 +153,14 @@ class NeuronProfiler:
             os.makedirs(self.output_dir, exist_ok=True)
             path = os.path.join(self.output_dir, f"neuron_trace_pid{os.getpid()}_{len(self.traces)}.json")
         prof.export_chrome_trace(path)
+        if self.device_track:
+            _merge_device_track(path, *_sim._C._device_track_stop())
         self.traces.append(path)
         return path
 
     def __enter__(self):
-        self._profile = torch.profiler.profile(activities=self.activities, record_shapes=self.record_shapes)
+        self._profile = torch.profiler.profile(activities=self.activities, record_shapes=self.record_shapes,
+                                               experimental_config=self.config)
         self._profile.__enter__()
         return self._profile
 

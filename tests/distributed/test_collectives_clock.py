@@ -2,7 +2,8 @@
 runtime/cost_model.h): each collective is costed once with an alpha-beta model of its
 algorithm over the group's ranks and link (two ranks on one host: NeuronLink). Two ranks under
 torchrun; each writes the predicted device time of each collective, which must equal the value
-computed here by hand from the platform data file. Nothing here measures host time."""
+computed here by hand from the platform data file, and the profiler's device track shows the
+all-reduce as one span of that duration. Nothing here measures host time."""
 import json
 import math
 import os
@@ -48,6 +49,12 @@ WORKER = textwrap.dedent(f"""
         "allgather_into_tensor": predicted_ns(lambda: dist.all_gather_into_tensor(flat, t, async_op=True)),
         "reduce_scatter_tensor": predicted_ns(lambda: dist.reduce_scatter_tensor(t, flat, async_op=True)),
     }}
+    # The profiler's device track: the all-reduce is one "CC" span of the clock's duration.
+    torch_neuronx._sim._C._device_track_start()
+    dist.all_reduce(t)
+    torch.neuron.synchronize()
+    spans, dropped = torch_neuronx._sim._C._device_track_stop()
+    times["track"] = [[s[5], s[6], s[8], s[3] - s[2]] for s in spans] + [dropped]
     with open(os.path.join(sys.argv[1], f"rank{{rank}}.json"), "w") as out:
         json.dump(times, out)
     dist.destroy_process_group()
@@ -84,5 +91,6 @@ def test_two_rank_collectives_cost_their_alpha_beta_model_over_neuronlink(tmp_pa
         "allgather_into_tensor": rounded((n - 1) / n * n * nbytes / bandwidth + (n - 1) * alpha),
         "reduce_scatter_tensor": rounded((n - 1) / n * n * nbytes / bandwidth + (n - 1) * alpha),
     }
+    expected["track"] = [["collective", "CC", nbytes, expected["allreduce"]], 0]  # path, engine, bytes, ns; dropped
     for rank in (0, 1):
         assert json.loads((tmp_path / f"rank{rank}.json").read_text()) == expected, rank
