@@ -6,6 +6,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <array>
 #include <cstdlib>
@@ -345,6 +346,16 @@ const neuron_rt::CostModel& cost_model() {
   return *state.model;
 }
 
+// The work each device has done (device_work()): FLOPs and HBM bytes, summed by the observer.
+constexpr int kCountedDevices = 1024;
+struct DeviceWorkCounters {
+  std::atomic<uint64_t> flops{0}, hbm_bytes{0};
+};
+DeviceWorkCounters* work_counters() {
+  static auto* counters = new DeviceWorkCounters[kCountedDevices];  // never destroyed (launches at exit)
+  return counters;
+}
+
 class ClockObserver final : public LaunchObserver {
  public:
   void on_launch(const Launch& launch) override {
@@ -352,6 +363,13 @@ class ClockObserver final : public LaunchObserver {
     const LaunchCost cost = cost_of(launch);
     const neuron_rt::Stream& stream = launch.stream ? *launch.stream : current_stream(launch.device);
     const neuron_rt::TimelineSpan span = stream.timeline().append(cost.cost.ns);
+    if (launch.device < kCountedDevices) {
+      DeviceWorkCounters& counters = work_counters()[launch.device];
+      if (cost.cost.flops > 0) counters.flops.fetch_add(uint64_t(cost.cost.flops), std::memory_order_relaxed);
+      if (cost.cost.hbm_bytes > 0) {
+        counters.hbm_bytes.fetch_add(uint64_t(cost.cost.hbm_bytes), std::memory_order_relaxed);
+      }
+    }
     if (device_track_recording()) record_device_span(launch, stream, cost, span);
   }
 };
@@ -361,6 +379,8 @@ void add_cost(neuron_rt::WorkCost& sum, const neuron_rt::WorkCost& cost) {
   sum.fixed_ns += cost.fixed_ns;
   sum.compute_ns += cost.compute_ns;
   sum.memory_ns += cost.memory_ns;
+  sum.flops += cost.flops;
+  sum.hbm_bytes += cost.hbm_bytes;
 }
 
 }  // namespace
@@ -427,6 +447,16 @@ void start_device_clock(const std::string& path) {
 }
 
 bool device_clock_on() { return clock().on; }
+
+std::pair<uint64_t, uint64_t> device_work(c10::DeviceIndex device) {
+  TORCH_CHECK(device_clock_on(), "the device clock is off (NEURON_SIM_DEVICE_CLOCK=0); unset it to count device work");
+  auto& rt = runtime();
+  if (device < 0) device = c10::DeviceIndex(rt.current_device());
+  NEURON_RT_CALL(rt.check_device(device));
+  if (device >= kCountedDevices) return {0, 0};
+  const DeviceWorkCounters& counters = work_counters()[device];
+  return {counters.flops.load(std::memory_order_relaxed), counters.hbm_bytes.load(std::memory_order_relaxed)};
+}
 
 uint64_t device_time_ns(c10::DeviceIndex device) {
   TORCH_CHECK(device_clock_on(), "the device clock is off (NEURON_SIM_DEVICE_CLOCK=0); unset it to predict device time");

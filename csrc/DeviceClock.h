@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <string>
 #include <array>
+#include <utility>
 #include <vector>
 
 #include "Launch.h"
@@ -41,6 +42,9 @@ void start_device_clock(const std::string& path);
 bool device_clock_on();
 // The predicted device time of `device`, in nanoseconds (the latest end of its streams).
 uint64_t device_time_ns(c10::DeviceIndex device);
+// The work `device` has done so far on the clock: (matmul FLOPs, HBM bytes read and written),
+// for MFU and MBU (torch_neuronx.device_counters()). Devices past the 1024th count nothing.
+std::pair<uint64_t, uint64_t> device_work(c10::DeviceIndex device);
 
 // What the clock makes of one launch: its parts (one for most ops; an attention is two
 // matmuls and a softmax) and their cost. For tests and the profiler's device track (DeviceTrack.h).

@@ -75,7 +75,8 @@ int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1
 WorkCost CostModel::cost(const Work& work) const {
   WorkCost cost;
   cost.fixed_ns = work.eager_launch ? eager_launch_ns_ : 0.0;
-  cost.memory_ns = double(work.hbm_bytes_read + work.hbm_bytes_written) / hbm_bytes_per_ns_;
+  cost.hbm_bytes = double(work.hbm_bytes_read) + double(work.hbm_bytes_written);
+  cost.memory_ns = cost.hbm_bytes / hbm_bytes_per_ns_;
   const double elements = double(work.elements);
   switch (work.kind) {
     case WorkKind::kNone:
@@ -86,6 +87,7 @@ WorkCost CostModel::cost(const Work& work) const {
         const double flops = 2.0 * double(std::max<int64_t>(s.batch, 1)) * double(s.m) *
                              double(round_up(s.k, array_rows_)) * double(round_up(s.n, array_columns_));
         cost.compute_ns = flops / tensor_flops_per_ns(work.format);
+        cost.flops = 2.0 * double(std::max<int64_t>(s.batch, 1)) * double(s.m) * double(s.k) * double(s.n);
       }
       break;
     }

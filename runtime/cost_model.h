@@ -108,6 +108,10 @@ struct WorkCost {
   double fixed_ns = 0;
   double compute_ns = 0;
   double memory_ns = 0;
+  // The work done, for MFU and MBU: a matmul's useful FLOPs (2·batch·m·k·n, without the
+  // tile padding the time pays for) and the HBM bytes read and written.
+  double flops = 0;
+  double hbm_bytes = 0;
 };
 
 class CostModel {

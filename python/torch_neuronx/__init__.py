@@ -12,6 +12,8 @@ def _autoload():
     this while this module is still loading, and the rest of this module then registers."""
 
 
+import collections  # noqa: E402
+
 import torch  # noqa: E402
 
 import torch_neuron_sim as _sim  # noqa: E402
@@ -37,7 +39,7 @@ __all__ = [
     "reset_accumulated_memory_stats", "memory_summary", "get_fallback_ops", "get_executed_ops",
     "clear_op_tracking", "get_dynamo_metrics", "reset_dynamo_metrics", "NeuronCompilationMetrics",
     "nki_op", "wrap_nki", "NeuronProfiler", "is_neuron_runtime_initialized", "metrics",
-    "is_simulated", "get_op_counts", "neff_cache_dir", "device_time",
+    "is_simulated", "get_op_counts", "neff_cache_dir", "device_time", "device_counters", "DeviceCounters",
 ]
 
 
@@ -49,6 +51,53 @@ def neff_cache_dir():
     return cache.directory()
 
 
+class DeviceCounters(collections.namedtuple("DeviceCounters", "time_ms flops hbm_bytes platform logical_nc_config")):
+    """A reading of one device's predicted clock: its time (ms), the matmul FLOPs and HBM bytes of
+    the work issued so far, and its platform. `later - earlier` is the work between the two
+    readings; its `mfu` and `mbu` are the achieved FLOP/s and HBM bytes/s against one logical
+    core's peaks (BF16 TensorE rate, HBM bandwidth), as the Neuron profiler and torchtitan
+    report them."""
+
+    def __sub__(self, other):
+        if (self.platform, self.logical_nc_config) != (other.platform, other.logical_nc_config):
+            raise ValueError("these readings are of different devices or platforms")
+        return self._replace(time_ms=self.time_ms - other.time_ms, flops=self.flops - other.flops,
+                             hbm_bytes=self.hbm_bytes - other.hbm_bytes)
+
+    def _peaks(self):
+        return _sim._C._peak_rates(self.platform, self.logical_nc_config)
+
+    @property
+    def mfu(self):
+        return self.flops / (self.time_ms * 1e-3) / self._peaks()[0] if self.time_ms > 0 else 0.0
+
+    @property
+    def mbu(self):
+        return self.hbm_bytes / (self.time_ms * 1e-3) / self._peaks()[1] if self.time_ms > 0 else 0.0
+
+
+def device_counters(device=None):
+    """The device clock's reading of `device` (default: the current neuron device): a
+    DeviceCounters. `torch_neuronx.device_counters() - start` gives the time, FLOPs, bytes, MFU and
+    MBU of the work issued since `start`. Raises RuntimeError when the clock is off."""
+    index = _device_index(device)
+    flops, hbm_bytes = _sim._C._device_work(index)
+    properties = torch.neuron.get_device_properties(index if index >= 0 else torch.neuron.current_device())
+    return DeviceCounters(_sim._C._device_time_ns(index) / 1e6, flops, hbm_bytes, properties.platform,
+                          properties.logical_nc_config)
+
+
+def _device_index(device):
+    if device is None:
+        return -1
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "neuron":
+        raise ValueError(f"needs a neuron device, got {device}")
+    return -1 if device.index is None else device.index
+
+
 def device_time(device=None):
     """The predicted Trainium time of the work issued so far on `device` (default: the current
     neuron device), in **milliseconds** since the process started: the latest end among the
@@ -57,16 +106,7 @@ def device_time(device=None):
     Predictions exist as soon as work is issued: no synchronize() is needed (on a real device
     one would synchronize before reading a clock). Raises RuntimeError when the clock is off
     (NEURON_SIM_DEVICE_CLOCK=0)."""
-    if device is None:
-        index = -1
-    elif isinstance(device, int):
-        index = device
-    else:
-        device = torch.device(device)
-        if device.type != "neuron":
-            raise ValueError(f"device_time() needs a neuron device, got {device}")
-        index = -1 if device.index is None else device.index
-    return _sim._C._device_time_ns(index) / 1e6
+    return _sim._C._device_time_ns(_device_index(device)) / 1e6
 
 
 def is_neuron_runtime_initialized():

@@ -248,3 +248,41 @@ def test_the_clock_can_be_switched_off():
     assert result.stdout.split() == ["raised:", "True"]
     bad = run_python("import torch_neuronx", env={"NEURON_SIM_DEVICE_CLOCK": "yes"})
     assert bad.returncode != 0 and "NEURON_SIM_DEVICE_CLOCK='yes'" in bad.stderr
+
+
+def test_device_counters_count_flops_and_bytes_and_give_mfu_and_mbu():
+    """MFU/MBU of a run (issue 25 §3): the matmul FLOPs and HBM bytes the clock costed, over the
+    predicted time, against one logical core's peaks (hand-computed from the data file)."""
+    import tomllib
+    from torch_neuron_sim import dry_run
+    a = torch.randn(256, 512, dtype=torch.bfloat16, device="neuron")
+    b = torch.randn(512, 384, dtype=torch.bfloat16, device="neuron")
+    start = torch_neuronx.device_counters()
+    for _ in range(3):
+        torch.mm(a, b)
+    work = torch_neuronx.device_counters() - start
+    assert work.flops == 3 * 2 * 256 * 512 * 384
+    assert work.hbm_bytes == 3 * 2 * (256 * 512 + 512 * 384 + 256 * 384)
+    with open(os.path.join(os.path.dirname(dry_run.__file__), "data", "platforms.toml"), "rb") as f:
+        spec = tomllib.load(f)[work.platform]
+    lnc = work.logical_nc_config
+    peak_flops = spec["tensor_bf16_tflops"]["value"] * 1e12 * lnc
+    peak_bytes = spec["hbm_chip_gbps"]["value"] * 1e9 / spec["physical_cores_per_chip"]["value"] * lnc
+    assert work.mfu == pytest.approx(work.flops / (work.time_ms / 1e3) / peak_flops)
+    assert work.mbu == pytest.approx(work.hbm_bytes / (work.time_ms / 1e3) / peak_bytes)
+    assert 0 < work.mfu < 1 and 0 < work.mbu < 1
+
+
+def test_device_counters_of_a_compiled_program_hold_its_steps_flops():
+    a = torch.randn(64, 128, dtype=torch.bfloat16, device="neuron")
+    b = torch.randn(128, 32, dtype=torch.bfloat16, device="neuron")
+    f = torch.compile(lambda x, y: (x @ y).relu(), backend="neuron")
+    f(a, b)
+    start = torch_neuronx.device_counters()
+    f(a, b)
+    assert (torch_neuronx.device_counters() - start).flops == 2 * 64 * 128 * 32
+
+
+def test_device_counters_refuse_a_device_that_does_not_exist():
+    with pytest.raises(IndexError, match="out of range: valid indices"):
+        torch_neuronx.device_counters(torch.neuron.device_count() + 5)
