@@ -34,3 +34,13 @@ def test_every_check_is_within_the_issues_20_percent():
     with open(calibration.RESULTS) as f:
         results = json.load(f)
     assert all(abs(row["error"]) <= 0.20 for row in results["rows"] if not row["fitted"])
+
+
+def test_the_readme_quotes_the_current_errors():
+    with open(calibration.RESULTS) as f:
+        results = json.load(f)
+    with open(os.path.join(calibration.ROOT, "README.md")) as f:
+        readme = f.read()
+    for row in results["rows"]:
+        if not row["fitted"]:
+            assert f"{row['error']:+.1%}".replace("+", "" if row["error"] < 0 else "+") in readme, row
