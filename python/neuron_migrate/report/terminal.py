@@ -1,7 +1,7 @@
 """Rich renderables for the terminal: the fit table and the run summary."""
 from rich.table import Table
 
-from .format import count, gib, number
+from .format import count, fraction, gib, number
 
 
 def fit_table(result):
@@ -21,6 +21,46 @@ def fit_table(result):
     table.caption = f"smallest fitting TP degree: {smallest}\nKV cache: {result['cache_method']}" + (
         f"\nnot offered: {', '.join(result['not_offered'])}" if result.get("not_offered") else "")
     return table
+
+
+def prediction_rows(result):
+    """The prediction table's header and rows as text (shared with the report's table)."""
+    currency = result.get("currency")
+    headers = ["platform", "LNC", "TP", "TTFT ms", "per token ms", "tokens/s", "MFU prefill", "MBU decode",
+               f"{currency or 'cost'}/1M output tokens"]
+    rows = [[r["platform"], str(r["lnc"]), str(r["tp"]), f"{r['ttft_ms']:.1f}", f"{r['per_token_ms']:.2f}",
+             number(r["tokens_per_s"], 4), fraction(r.get("mfu_prefill")),
+             fraction(r.get("mbu_decode")), number(r.get("per_million_output_tokens"))] for r in result["rows"]]
+    return headers, rows
+
+
+def prediction_title(result):
+    return (f"{result['label']}: {result['config'].rstrip('/').rsplit('/', 1)[-1]}, {result['mode']}, batch "
+            f"{result['batch']}, {result['input_tokens']} tokens in / {result['output_tokens']} out")
+
+
+def prediction_notes(result):
+    """The lines under the prediction table: where the figures come from and the cost rule."""
+    notes = [f"from the {result['source']}"]
+    notes += list(result.get("cost_assumptions", {}).values()) or [
+        "no cost: no price_per_hour for these platforms (or neuron): give a workload file with [cost] prices"]
+    return notes
+
+
+def prediction_table(result):
+    """The table, then its notes (plain lines: they wrap on a narrow terminal, a caption is cut)."""
+    from rich import box
+    from rich.console import Group
+    from rich.text import Text
+    headers, rows = prediction_rows(result)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for index, column in enumerate(headers):  # cells keep their width; headers wrap between words
+        widest = max([len(row[index]) for row in rows] + [len(word) for word in column.split()])
+        table.add_column(column, justify="left" if index == 0 else "right", min_width=widest, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return Group(Text(prediction_title(result), style="bold"), table,
+                 *(Text(note) for note in prediction_notes(result)))
 
 
 def verdict_table(verdicts):
