@@ -19,7 +19,8 @@ def _predicted(prices, speed):
     return {"label": speed.get("predicted_label"), "platform": platform, "lnc": lnc, "tp": 1,
             "tokens_per_s": tokens_per_s, "at_concurrency": best["concurrency"], "price_per_hour": price,
             "price_key": key, "per_million_tokens": per_million_tokens(price, platform, lnc, 1, tokens_per_s),
-            "assumption": cost_assumption(platform, lnc, key) if price is not None else
+            "assumption": cost_assumption(platform, lnc, key, "the run's best predicted tokens/s on its one logical "
+                                          "core (TP 1)") if price is not None else
             f"no price: the workload gives no price_per_hour.{platform} (or .neuron)"}
 
 

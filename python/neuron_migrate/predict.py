@@ -76,12 +76,13 @@ def price_for(prices, platform):
     return None, None
 
 
-def cost_assumption(platform, lnc, price_key):
+def cost_assumption(platform, lnc, price_key,
+                    throughput="the predicted output tokens/s of one request at batch 1, prefill included"):
     spec = hw.platforms()[platform]
     cores = hw.cores_per_instance(platform, lnc)
     return (f"cost = price_per_hour.{price_key} as one {spec.get('chips_per_instance_note', platform)} "
             f"instance-hour ({cores} logical cores at LNC {lnc}) x TP/{cores} (its other cores serve other "
-            "replicas), over the predicted output tokens/s of one request at batch 1, prefill included")
+            f"replicas), over {throughput}")
 
 
 def per_million_tokens(price, platform, lnc, tp, tokens_per_s):

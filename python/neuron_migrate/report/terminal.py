@@ -120,6 +120,24 @@ def summary_lines(report):
         lines.append(f"how fast?      {number(training['time_per_step_s'])} s per training step")
     if report.get("target_simulated"):
         lines.append("               (host timings on the simulated device, not a Trainium prediction)")
+    target = (s.get("speed") or {}).get("target") or {}
+    for level in levels:
+        p = level.get("predicted")
+        if p:
+            lines.append(f"how fast?      predicted on {target.get('platform')}, concurrency {level['concurrency']}: "
+                         f"{number(p['tokens_per_s'])} tokens/s, P95 {number(p['latency_ms']['p95'])} ms, TTFT P95 "
+                         f"{number(p['ttft_ms']['p95'])} ms, {number(p['per_token_ms']['p50'])} ms per token")
+    if any(level.get("predicted") for level in levels):
+        lines.append(f"               ({target.get('predicted_label')})")
+    prediction = s.get("prediction") or {}
+    for row in prediction.get("rows") or []:
+        lines.append(f"how fast?      predicted on {row['platform']} at TP {row['tp']} (dry run): TTFT {number(row['ttft_ms'])} ms, "
+                     f"{number(row['per_token_ms'])} ms per token, {number(row['tokens_per_s'])} tokens/s"
+                     + (f", {number(row['per_million_output_tokens'])} {prediction.get('currency')} per 1M tokens"
+                        if row.get("per_million_output_tokens") is not None else ""))
+    if prediction.get("rows"):
+        lines.append(f"               ({prediction['label']}, {prediction['input_tokens']} tokens in, "
+                     f"{prediction['output_tokens']} out, batch 1)")
     fit = s.get("fit") or {}
     if fit.get("smallest_fitting_tp"):
         lines.append("fits?          " + ", ".join(f"{k}: TP={v['tp']}" for k, v in fit["smallest_fitting_tp"].items()))
@@ -128,9 +146,15 @@ def summary_lines(report):
         lines.append("               measured peak " + ", ".join(f"core {c['core']}: {c['peak_bytes'] / 2**20:.1f} MiB"
                                                               for c in cores))
     running = ((s.get("cost") or {}).get("running") or {}).get("target") or {}
+    currency = (s.get("cost") or {}).get("currency")
     if running.get("per_million_tokens") is not None:
-        lines.append(f"cost?          {number(running['per_million_tokens'])} {(s.get('cost') or {}).get('currency')} "
-                     "per 1M tokens (from host throughput)")
+        lines.append(f"cost?          {number(running['per_million_tokens'])} {currency} per 1M tokens (from host "
+                     "throughput)")
+    predicted = running.get("predicted") or {}
+    if predicted.get("per_million_tokens") is not None:
+        lines.append(f"cost?          {number(predicted['per_million_tokens'])} {currency} per 1M tokens on "
+                     f"{predicted['platform']}, one core's share of price_per_hour.{predicted['price_key']} "
+                     f"({predicted['label']})")
     licence = s.get("licence") or {}
     if licence:
         lines.append(f"may we use it? model licence {(licence.get('model') or {}).get('licence')} "
