@@ -102,7 +102,8 @@ def compare(a, b):
     models = [_get(r["sections"], ("speed", "target", "predicted_label")) for r in (a, b)]
     cost_model_changed = None not in models and models[0] != models[1]
     rows = []
-    for name, (value_a, direction, slack) in metrics_a.items():
+    new_in_b = {name: (None, *rest) for name, (_, *rest) in metrics_b.items() if name not in metrics_a}
+    for name, (value_a, direction, slack) in {**metrics_a, **new_in_b}.items():  # B's new measurements too
         value_b = metrics_b.get(name, (None,))[0]
         if value_a is None and value_b is None:
             continue
