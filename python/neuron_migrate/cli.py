@@ -145,47 +145,9 @@ def _predict(args, console):
             raise PredictError("--tp: give the tensor-parallel degrees to predict, e.g. --tp 4,16,64")
         else:
             result = predict(config_folder(args.model), args.platform or ["trn2"], args.tp, args.lnc,
-                             args.input_tokens or DEFAULT_TOKENS, args.output_tokens or DEFAULT_TOKENS,
+                             DEFAULT_TOKENS if args.input_tokens is None else args.input_tokens,
+                             DEFAULT_TOKENS if args.output_tokens is None else args.output_tokens,
                              args.mode or "compiled")
-    except (PredictError, WorkloadError) as error:
-        console.print(f"[red]predict: {escape(str(error))}")
-        return 2
-    if args.json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
-    else:
-        console.print(fit_table(result))
-    return 0
-
-
-def _predict(args, console):
-    """`neuron-migrate predict`: exit 2 when an input or a TP degree cannot be used (the degrees
-    that can are still shown)."""
-    from transformers.utils import logging as transformers_logging
-    transformers_logging.set_verbosity_error()
-    from .predict import DEFAULT_TOKENS, PredictError, config_folder, predict, workload_lengths
-    from .report.terminal import prediction_table
-    from .workload import WorkloadError, load
-    try:
-        if os.path.isfile(args.model) and args.model.endswith(".toml"):
-            workload = load(args.model)
-            if not workload.model.path:
-                raise PredictError("the workload's model is a factory: the dry run needs a config.json "
-                                   "(give the model folder instead)")
-            folder = config_folder(workload.resolve(workload.model.path))
-            wanted = workload.predict
-            input_tokens = args.input_tokens or wanted.input_tokens or workload_lengths(workload)[0]
-            output_tokens = args.output_tokens or wanted.output_tokens or workload.inputs.max_new_tokens
-            platform_names, tps = args.platform or wanted.platforms, args.tp or wanted.tp
-            lnc, mode = args.lnc or wanted.lnc, args.mode or wanted.mode
-            prices, currency = workload.cost.price_per_hour, workload.cost.currency
-        else:
-            folder = config_folder(args.model)
-            input_tokens, output_tokens = args.input_tokens or DEFAULT_TOKENS, args.output_tokens or DEFAULT_TOKENS
-            platform_names, tps, lnc, mode = args.platform or ["trn2"], args.tp, args.lnc, args.mode or "compiled"
-            prices = currency = None
-        if not tps:
-            raise PredictError("--tp: give the tensor-parallel degrees to predict, e.g. --tp 4,16,64")
-        result = predict(folder, platform_names, tps, lnc, input_tokens, output_tokens, mode, prices, currency)
     except (PredictError, WorkloadError) as error:
         console.print(f"[red]predict: {escape(str(error))}")
         return 2

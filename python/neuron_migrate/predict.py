@@ -171,10 +171,17 @@ def for_workload(workload, platform_names=None, tps=None, lnc=None, input_tokens
         raise PredictError("--tp: give the tensor-parallel degrees to predict, e.g. --tp 4,16,64 "
                            "(or [predict] tp = [...] in the workload)")
     folder = config_folder(workload.resolve(workload.model.path))
-    input_tokens = input_tokens or wanted.input_tokens or workload_lengths(workload)[0]
-    output_tokens = output_tokens or wanted.output_tokens or workload.inputs.max_new_tokens
-    return predict(folder, platform_names or wanted.platforms, tps, lnc or wanted.lnc, input_tokens, output_tokens,
-                   mode or wanted.mode, workload.cost.price_per_hour, workload.cost.currency)
+    input_tokens = _given(input_tokens, wanted.input_tokens)
+    if input_tokens is None:
+        input_tokens = workload_lengths(workload)[0]
+    output_tokens = _given(output_tokens, wanted.output_tokens, workload.inputs.max_new_tokens)
+    return predict(folder, platform_names or wanted.platforms, tps, _given(lnc, wanted.lnc), input_tokens,
+                   output_tokens, mode or wanted.mode, workload.cost.price_per_hour, workload.cost.currency)
+
+
+def _given(*values):
+    """The first value that is not None (0 is a value, refused later by argument_problems)."""
+    return next((value for value in values if value is not None), None)
 
 
 def workload_lengths(workload):
