@@ -8,7 +8,7 @@ platform's largest instance (workload `cost.price_per_hour.<platform>`, else `.n
 share of its logical cores the TP group uses (TP / cores per instance: the other cores serve other
 replicas; more than one instance when TP is larger), over the predicted output tokens per second
 of one request at batch 1, its prefill included."""
-import inspect
+import math
 import os
 
 from . import platforms as hw
@@ -21,7 +21,7 @@ class PredictError(ValueError):
     """Input the dry run cannot use; the message says what to give instead."""
 
 
-# -- the adapter: every call into torch_neuron_sim.dry_run is in these two functions ----------
+# -- the adapter: every use of torch_neuron_sim.dry_run is in this block ---------------------
 def _dry_run():
     try:
         from torch_neuron_sim import dry_run
@@ -34,27 +34,18 @@ def _dry_run():
 def cost_model():
     """(cost model version, calibration error as a fraction or None): what labels a prediction."""
     dry_run = _dry_run()
-    error = getattr(dry_run, "calibration_error", lambda: None)()
-    return getattr(dry_run, "COST_MODEL_VERSION", "unversioned"), error
+    return dry_run.COST_MODEL_VERSION, dry_run.calibration_error()
 
 
 def dry_run_figures(config_dir, platform, tp, lnc, input_tokens, output_tokens, mode):
-    """{ttft_ms, per_token_ms, tokens_per_s, mfu_prefill, mbu_decode} of one request at batch 1;
-    ValueError when `tp` does not divide the model."""
-    dry_run = _dry_run()
-    arguments = dict(platform=platform, tp=tp, logical_nc_config=lnc, input_tokens=input_tokens,
-                     output_tokens=output_tokens)
-    if "mode" in inspect.signature(dry_run.predict).parameters:
-        prediction = dry_run.predict(config_dir, mode=mode, **arguments)
-    elif mode == "eager":  # a dry run from before its compiled mode
-        prediction = dry_run.predict(config_dir, eager_launch=True, **arguments)
-    else:
-        raise PredictError("this torch-neuron-sim's dry run predicts eager mode only: use --mode eager")
-    per_token = prediction.per_token_ms
-    return {"ttft_ms": prediction.ttft_ms, "per_token_ms": per_token,
-            "tokens_per_s": getattr(prediction, "tokens_per_s", 1000 / per_token if per_token else None),
-            "mfu_prefill": getattr(prediction, "mfu_prefill", None),
-            "mbu_decode": getattr(prediction, "mbu_decode", None)}
+    """{ttft_ms, per_token_ms, tokens_per_s, mfu_prefill, mbu_decode} of one request at batch 1
+    (None for a figure the request does not have: per token with one output token); ValueError
+    when `tp` does not divide the model."""
+    prediction = _dry_run().predict(config_dir, platform=platform, tp=tp, logical_nc_config=lnc,
+                                    input_tokens=input_tokens, output_tokens=output_tokens, mode=mode)
+    figures = {name: getattr(prediction, name)
+               for name in ("ttft_ms", "per_token_ms", "tokens_per_s", "mfu_prefill", "mbu_decode")}
+    return {name: None if math.isnan(value) else value for name, value in figures.items()}
 # -- end of the adapter ----------------------------------------------------------------------
 
 
@@ -144,7 +135,7 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
             except ValueError as error:
                 refused.append({"platform": platform, "tp": tp, "lnc": platform_lnc, "error": str(error)})
                 continue
-            latency = figures["ttft_ms"] + (output_tokens - 1) * figures["per_token_ms"]
+            latency = figures["ttft_ms"] + (output_tokens - 1) * (figures["per_token_ms"] or 0)
             request_rate = output_tokens * 1000 / latency if latency > 0 else None
             rows.append({"platform": platform, "lnc": platform_lnc, "tp": tp, **figures,
                          "request_latency_ms": latency, "request_tokens_per_s": request_rate,
@@ -155,7 +146,8 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
             "calibration_error": calibration_error, "config": os.path.abspath(config_dir), "mode": mode,
             "batch": 1, "input_tokens": input_tokens, "output_tokens": output_tokens, "currency": currency,
             "cost_assumptions": assumptions, "rows": rows, "refused": refused,
-            "source": "dry run of torch-neuron-sim (meta device, no weights; bfloat16, batch 1, greedy)"}
+            "source": "dry run of torch-neuron-sim (meta device, no weights; bfloat16, batch 1, greedy; "
+                      "the device alone, no serving stack's cost per step)"}
 
 
 def for_workload(workload, platform_names=None, tps=None, lnc=None, input_tokens=None, output_tokens=None,

@@ -22,6 +22,10 @@ def ms(value):
     return "n/a" if value is None else f"{value:.1f} ms"
 
 
+def fixed(value, digits):
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
 def fraction(value):
     return "n/a" if value is None else f"{value:.1%}"
 

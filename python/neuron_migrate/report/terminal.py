@@ -1,7 +1,7 @@
 """Rich renderables for the terminal: the fit table and the run summary."""
 from rich.table import Table
 
-from .format import count, fraction, gib, number
+from .format import count, fixed, fraction, gib, number
 
 
 def fit_table(result):
@@ -28,7 +28,7 @@ def prediction_rows(result):
     currency = result.get("currency")
     headers = ["platform", "LNC", "TP", "TTFT ms", "per token ms", "tokens/s", "MFU prefill", "MBU decode",
                f"{currency or 'cost'}/1M output tokens"]
-    rows = [[r["platform"], str(r["lnc"]), str(r["tp"]), f"{r['ttft_ms']:.1f}", f"{r['per_token_ms']:.2f}",
+    rows = [[r["platform"], str(r["lnc"]), str(r["tp"]), fixed(r["ttft_ms"], 1), fixed(r["per_token_ms"], 2),
              number(r["tokens_per_s"], 4), fraction(r.get("mfu_prefill")),
              fraction(r.get("mbu_decode")), number(r.get("per_million_output_tokens"))] for r in result["rows"]]
     return headers, rows
