@@ -67,6 +67,18 @@ def device_clock(device):
     return lambda: read(device)
 
 
+def work_counters(device):
+    """A function giving the device clock's counters (torch_neuronx.device_counters(): time, FLOPs,
+    HBM bytes; the difference of two readings has .mfu and .mbu), or None when there are none."""
+    read = getattr(neuronx(), "device_counters", None) if is_simulated(device) else None
+    try:
+        if read:
+            read(device)
+    except RuntimeError:  # NEURON_SIM_DEVICE_CLOCK=0
+        return None
+    return (lambda: read(device)) if read else None
+
+
 def platform(device):
     """(Trainium platform, logical-core configuration) of a neuron device, as its properties say
     ((None, None) when they do not)."""

@@ -101,10 +101,11 @@ def serve(loaded, device, requests, serve_config, max_new_tokens):
         result = _serve_one(loaded, device, request, max_new_tokens, serve_config.timeout_s)
         warmup[request.label] = result["latency_s"]
     queue = [requests[i % len(requests)] for i in range(serve_config.requests)]
-    clock = devices.device_clock(device)
+    clock, counters = devices.device_clock(device), devices.work_counters(device)
     levels = []
     for concurrency in serve_config.concurrency:
         start = time.perf_counter()
+        start_work = counters() if counters else None
         start_device = clock() if clock else None
         with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
             results = list(pool.map(lambda r: _serve_one(loaded, device, r, max_new_tokens,
@@ -127,6 +128,9 @@ def serve(loaded, device, requests, serve_config, max_new_tokens):
                        for r in failed[:3]]})
         if clock:
             levels[-1]["predicted"] = _predicted(answered, ok, clock() - start_device, max_new_tokens)
+        if clock and counters:  # the level's achieved FLOP/s and HBM bytes/s against one logical core's peaks
+            work = counters() - start_work
+            levels[-1]["predicted"].update(mfu=work.mfu, mbu=work.mbu)
     result = {"warmup_s": warmup, "levels": levels, "timing": devices.timing_note(device)}
     if clock:
         platform, lnc = devices.platform(device)

@@ -74,6 +74,7 @@ def test_each_requests_predicted_time_is_its_device_time_delta(predicted):
     p = level["predicted"]
     assert 0 < p["ttft_ms"]["p50"] < p["latency_ms"]["p50"] <= p["latency_ms"]["p95"]
     assert p["latencies_ms"] != level["latencies_ms"]  # predicted, not the host's
+    assert 0 < p["mfu"] < 1 and 0 < p["mbu"] < 1  # torch_neuronx.device_counters() over the level
 
 
 def test_cost_from_the_predicted_throughput_beside_the_host_figure(predicted):
@@ -96,7 +97,7 @@ def test_the_dry_run_table_is_in_the_report(predicted):
     assert status == 0  # a refused degree is a finding of the run, not a failed gate
     markdown = (folder / "report.md").read_text()
     assert prediction["label"] in markdown and "Predicted at other TP degrees (dry run)" in markdown
-    assert "per token P50" in markdown
+    assert "per token P50 | MFU | MBU" in markdown
     assert (folder / "plots" / "predicted_vs_host.png").stat().st_size > 1000
     assert "predicted_vs_host.png" in markdown
 

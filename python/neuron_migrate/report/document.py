@@ -1,7 +1,7 @@
 """The report as a list of blocks built from report.json alone, so that Markdown and HTML
 show the same content: ("h1"|"h2"|"h3", text), ("p", text), ("table", headers, rows),
 ("list", items), ("code", text), ("plot", name, caption)."""
-from .format import count, gib, mib, ms, number, size
+from .format import count, fraction, gib, mib, ms, number, size
 
 
 def _get(section, *path, default=None):
@@ -169,11 +169,12 @@ def _predicted_speed(target, report):
     rows = [[f"{target.get('platform')} ({report.get('target')}, target)", str(level["concurrency"]),
              number(p["tokens_per_s"]), ms(p["latency_ms"]["p50"]), ms(p["latency_ms"]["p95"]),
              ms(p["latency_ms"]["p99"]), ms(p["ttft_ms"]["p50"]), ms(p["ttft_ms"]["p95"]),
-             ms(p["per_token_ms"]["p50"])] for level in levels for p in [level["predicted"]]]
+             ms(p["per_token_ms"]["p50"]), fraction(p.get("mfu")), fraction(p.get("mbu"))]
+            for level in levels for p in [level["predicted"]]]
     return [("p", f"**{target.get('predicted_label')}** on {target.get('platform')} (LNC {target.get('lnc')}), the "
                   f"same requests: {target.get('predicted_note')}."),
             ("table", ["device", "concurrency", "tokens/s", "P50", "P95", "P99", "TTFT P50", "TTFT P95",
-                       "per token P50"], rows)]
+                       "per token P50", "MFU", "MBU"], rows)]
 
 
 def _dry_run(prediction):
