@@ -1,4 +1,4 @@
-"""The `neuron-migrate` command: run, fit, compare, report.
+"""The `neuron-migrate` command: run, fit, predict, compare, report.
 
 Exit status: 0 done (every stop condition go, or none set), 3 a stop condition is not a go
 (no-go, or it could not be measured), 2 bad input (workload file, arguments, runs that may not
@@ -33,6 +33,24 @@ def parser():
     run.add_argument("--baseline", default="cpu", help="device the outputs are compared with; default cpu")
     run.add_argument("--out", help="report folder (default: neuron-migrate-report/<workload name>)")
     run.add_argument("--no-progress", action="store_true", help="no live progress display")
+    run.add_argument("--predict-tp", type=_int_list,
+                     help="also predict Trainium latency and cost from the dry run at these TP degrees, "
+                          "e.g. 4,16 (the workload's [predict] table sets the rest)")
+
+    predict = commands.add_parser("predict", help="how fast on Trainium, at what cost? from the dry run "
+                                                  "(the model's config on the meta device, no weights)")
+    predict.add_argument("model", metavar="WORKLOAD_OR_CONFIG",
+                         help="a workload file (TOML), or a model folder / its config.json")
+    predict.add_argument("--platform", type=_str_list, action="extend",
+                         help="trn1, trn2, trn3 (comma list); default the workload's [predict] or trn2")
+    predict.add_argument("--tp", type=_int_list, help="tensor-parallel degrees, e.g. 4,16,64")
+    predict.add_argument("--lnc", type=int, help="logical-core configuration (default: each platform's)")
+    predict.add_argument("--input-tokens", type=int, help="prompt tokens (default: the workload's longest, or 192)")
+    predict.add_argument("--output-tokens", type=int,
+                         help="generated tokens (default: the workload's max_new_tokens, or 192)")
+    predict.add_argument("--mode", choices=["compiled", "eager"],
+                         help="compiled programs (default) or one launch per op")
+    predict.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     fit = commands.add_parser("fit", help="does the model fit? parameters + KV cache per core, from its config")
     fit.add_argument("model", help="model folder or config.json (weights are never loaded)")
@@ -61,6 +79,8 @@ def main(argv=None):
     console = Console(stderr=False, highlight=False)
     if args.command == "fit":
         return _fit(args, console)
+    if args.command == "predict":
+        return _predict(args, console)
     if args.command == "compare":
         from .compare import compare_command
         return compare_command(args.a, args.b, console, as_json=args.json)
@@ -75,7 +95,7 @@ def main(argv=None):
         return 0
     from .runner import run_command
     return run_command(args.workload, target=args.on, baseline=args.baseline, out=args.out,
-                       progress=not args.no_progress, console=console)
+                       progress=not args.no_progress, console=console, predict_tp=args.predict_tp)
 
 
 _OPTIONS = {"platforms": "--platform", "lnc": "--lnc", "tp": "--tp", "batch_per_core": "--batch",
@@ -107,3 +127,35 @@ def _fit(args, console):
     else:
         console.print(fit_table(result))
     return 0
+
+
+def _predict(args, console):
+    """`neuron-migrate predict`: exit 2 when an input or a TP degree cannot be used (the degrees
+    that can are still shown)."""
+    from transformers.utils import logging as transformers_logging
+    transformers_logging.set_verbosity_error()
+    from .predict import DEFAULT_TOKENS, PredictError, config_folder, for_workload, predict
+    from .report.terminal import prediction_table
+    from .workload import WorkloadError, load
+    try:
+        if args.model.endswith(".toml") and os.path.isfile(args.model):
+            result = for_workload(load(args.model), args.platform, args.tp, args.lnc, args.input_tokens,
+                                  args.output_tokens, args.mode)
+        elif not args.tp:
+            raise PredictError("--tp: give the tensor-parallel degrees to predict, e.g. --tp 4,16,64")
+        else:
+            result = predict(config_folder(args.model), args.platform or ["trn2"], args.tp, args.lnc,
+                             DEFAULT_TOKENS if args.input_tokens is None else args.input_tokens,
+                             DEFAULT_TOKENS if args.output_tokens is None else args.output_tokens,
+                             args.mode or "compiled")
+    except (PredictError, WorkloadError) as error:
+        console.print(f"[red]predict: {escape(str(error))}")
+        return 2
+    if args.json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        if result["rows"]:
+            console.print(prediction_table(result))
+        for refused in result["refused"]:
+            console.print(f"[red]predict: {refused['platform']} TP {refused['tp']}: {escape(refused['error'])}")
+    return 2 if result["refused"] else 0

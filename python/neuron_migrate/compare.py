@@ -20,6 +20,7 @@ METRICS = {
     "recompiles": (("compiles", "recompiles"), "lower", 0.0),
     "time per training step (s)": (("training", "time_per_step_s"), "lower", 0.10),
     "cost per 1M tokens": (("cost", "running", "target", "per_million_tokens"), "lower", 0.10),
+    "cost per 1M tokens (predicted)": (("cost", "running", "target", "predicted", "per_million_tokens"), "lower", 0.10),
 }
 TIMING_SLACK = 0.10  # timings may move this much (relative) before they count as a regression
 
@@ -40,6 +41,12 @@ def _speed_metrics(report):
         found[f"P95 latency ms at concurrency {c}"] = (level["latency_ms"]["p95"], "lower", TIMING_SLACK)
         found[f"TTFT P95 ms at concurrency {c}"] = (level["ttft_ms"]["p95"], "lower", TIMING_SLACK)
         found[f"error rate at concurrency {c}"] = (level["error_rate"], "lower", 0.0)
+        predicted = level.get("predicted")  # reports before the device clock have none
+        if predicted:
+            found[f"tokens/s at concurrency {c} (predicted)"] = (predicted["tokens_per_s"], "higher", TIMING_SLACK)
+            found[f"P95 latency ms at concurrency {c} (predicted)"] = (predicted["latency_ms"]["p95"], "lower",
+                                                                       TIMING_SLACK)
+            found[f"TTFT P95 ms at concurrency {c} (predicted)"] = (predicted["ttft_ms"]["p95"], "lower", TIMING_SLACK)
     return found
 
 
@@ -92,8 +99,11 @@ def compare(a, b):
         return {"refused": True, "condition_changes": conditions, "model_file_changes": model_changes}
     metrics_a, metrics_b = _metrics(a), _metrics(b)
     prices = _diff_dicts(_prices(a), _prices(b))  # the team's prices: not a measurement
+    models = [_get(r["sections"], ("speed", "target", "predicted_label")) for r in (a, b)]
+    cost_model_changed = None not in models and models[0] != models[1]
     rows = []
-    for name, (value_a, direction, slack) in metrics_a.items():
+    new_in_b = {name: (None, *rest) for name, (_, *rest) in metrics_b.items() if name not in metrics_a}
+    for name, (value_a, direction, slack) in {**metrics_a, **new_in_b}.items():  # B's new measurements too
         value_b = metrics_b.get(name, (None,))[0]
         if value_a is None and value_b is None:
             continue
@@ -108,6 +118,8 @@ def compare(a, b):
         row = {"metric": name, "a": value_a, "b": value_b, "better": direction, "regression": regression}
         if name.startswith("cost") and prices:  # a new price table, not a slower run (tokens/s says that)
             row.update(regression=False, note="prices changed")
+        if name.endswith("(predicted)") and cost_model_changed:  # a new prediction, not a slower run
+            row.update(regression=False, note="cost model changed")
         rows.append(row)
     fallback_a = set(_get(a["sections"], ("census", "fallback_ops")) or [])
     fallback_b = set(_get(b["sections"], ("census", "fallback_ops")) or [])
@@ -118,7 +130,7 @@ def compare(a, b):
                                        _get(b["sections"], ("lock", "environment")) or {}),
             "devices": _diff_dicts({"target": a.get("target"), "baseline": a.get("baseline")},
                                    {"target": b.get("target"), "baseline": b.get("baseline")}),
-            "prices": prices,
+            "prices": prices, "cost_model": [("predicted_label", *models)] if cost_model_changed else [],
             "new_fallback_ops": sorted(fallback_b - fallback_a), "gone_fallback_ops": sorted(fallback_a - fallback_b),
             "metrics": rows, "regressions": [r["metric"] for r in rows if r["regression"]]}
 
@@ -142,7 +154,8 @@ def compare_command(path_a, path_b, console, as_json=False):
             console.print(f"  model file {name}: {x} -> {y}")
     else:
         for title, changes in (("versions", result["versions"]), ("environment", result["environment"]),
-                               ("devices", result["devices"]), ("prices", result["prices"])):
+                               ("devices", result["devices"]), ("prices", result["prices"]),
+                               ("cost model", result["cost_model"])):
             for key, x, y in changes:
                 console.print(f"{title}: {key}: {x} -> {y}")
         for op in result["new_fallback_ops"]:

@@ -52,6 +52,42 @@ def timing_note(device):
     return f"measured on {torch.device(device).type}"
 
 
+def device_clock(device):
+    """A function giving the device's predicted time in ms (torch_neuronx.device_time(), the
+    simulated device's clock), or None: not the simulated device, or its clock is off."""
+    if not is_simulated(device):
+        return None
+    read = getattr(neuronx(), "device_time", None)
+    if read is None:
+        return None
+    try:
+        read(device)
+    except RuntimeError:  # NEURON_SIM_DEVICE_CLOCK=0
+        return None
+    return lambda: read(device)
+
+
+def work_counters(device):
+    """A function giving the device clock's counters (torch_neuronx.device_counters(): time, FLOPs,
+    HBM bytes; the difference of two readings has .mfu and .mbu), or None when there are none."""
+    read = getattr(neuronx(), "device_counters", None) if is_simulated(device) else None
+    try:
+        if read:
+            read(device)
+    except RuntimeError:  # NEURON_SIM_DEVICE_CLOCK=0
+        return None
+    return (lambda: read(device)) if read else None
+
+
+def platform(device):
+    """(Trainium platform, logical-core configuration) of a neuron device, as its properties say
+    ((None, None) when they do not)."""
+    if torch.device(device).type != "neuron":
+        return None, None
+    properties = torch.neuron.get_device_properties(torch.device(device).index or 0)
+    return getattr(properties, "platform", None), getattr(properties, "logical_nc_config", None)
+
+
 def synchronize(device):
     kind = torch.device(device).type
     if kind != "cpu":

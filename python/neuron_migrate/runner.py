@@ -10,8 +10,8 @@ import time
 import psutil
 import torch
 
-from . import (census, compiles, cost, cuda_scan, devices, licence, loading, lock, quality, roofline, speed,
-               stopping, training, verdict)
+from . import (census, compiles, cost, cuda_scan, devices, licence, loading, lock, predict, quality, roofline,
+               speed, stopping, training, verdict)
 from . import fit as fit_module
 from .report.store import ReportStore
 from .workload import WorkloadError, digest, load
@@ -20,8 +20,9 @@ from .workload import WorkloadError, digest, load
 class _Run:
     """State shared by the sections of one run."""
 
-    def __init__(self, workload, target, baseline, store, sampler):
+    def __init__(self, workload, target, baseline, store, sampler, predict_tp=None):
         self.workload, self.target, self.baseline = workload, target, baseline
+        self.predict_tp = predict_tp
         self.store, self.sampler = store, sampler
         self.cpu_model = self.target_model = self.baseline_model = None
         self.requests = None
@@ -74,6 +75,17 @@ class _Run:
         context = longest + inputs.max_new_tokens
         batches = sorted({1, 8, 32, *inputs.batch_sizes})
         return roofline.bound(self._config_path(), self.workload.model.dtype, context, batches)
+
+    def prediction(self):
+        """The dry run's table (predict.py) at the TP degrees asked for, with the team's prices."""
+        if not (self.predict_tp or self.workload.predict.tp):
+            return {"skipped": "no TP degrees asked for ([predict] tp in the workload, or run --predict-tp)"}
+        if not self._config_path():
+            return {"skipped": "a factory model has no config.json for the dry run"}
+        result = predict.for_workload(self.workload, tps=self.predict_tp)
+        for refused in result["refused"]:
+            self.store.finding("prediction", f"{refused['platform']} TP {refused['tp']}: {refused['error']}")
+        return result
 
     def load(self):
         start = time.perf_counter()
@@ -213,7 +225,7 @@ class _Run:
                 "timeline": list(self.sampler.samples)}
 
 
-def run_command(workload_path, target, baseline, out, progress, console):
+def run_command(workload_path, target, baseline, out, progress, console, predict_tp=None):
     try:
         workload = load(workload_path)
     except WorkloadError as error:
@@ -240,9 +252,10 @@ def run_command(workload_path, target, baseline, out, progress, console):
     for device in (target, baseline):
         devices.reset_peak(device)
     times = psutil.Process().cpu_times()
-    run = _Run(workload, target, baseline, store, sampler)
+    run = _Run(workload, target, baseline, store, sampler, predict_tp)
     sections = [("lock", run.lock, False), ("licence", run.licence, False), ("cuda_scan", run.cuda_scan, False),
-                ("fit", run.fit, False), ("roofline", run.roofline, False), ("load", run.load, False),
+                ("fit", run.fit, False), ("roofline", run.roofline, False), ("prediction", run.prediction, False),
+                ("load", run.load, False),
                 ("quality", run.census_and_quality, True), ("compiles", run.compiles, True),
                 ("speed", run.speed, True), ("training", run.training, True)]
     stopping.reset()

@@ -69,6 +69,18 @@ class Fit:
 
 
 @dataclasses.dataclass
+class Predict:
+    """The dry run `run` adds to its report (none while `tp` is empty); also the defaults of
+    `neuron-migrate predict WORKLOAD`."""
+    platforms: list = dataclasses.field(default_factory=lambda: ["trn2"])
+    tp: list = dataclasses.field(default_factory=list)
+    lnc: int = None  # default: each platform's default
+    mode: str = "compiled"  # or "eager"
+    input_tokens: int = None  # default: the longest prompt
+    output_tokens: int = None  # default: inputs.max_new_tokens
+
+
+@dataclasses.dataclass
 class Cost:
     currency: str = "USD"
     price_per_hour: dict = dataclasses.field(default_factory=dict)  # device kind -> price
@@ -111,6 +123,7 @@ class Workload:
     train: Train
     compile: Compile
     fit: Fit
+    predict: Predict
     cost: Cost
     licence: Licence
     gates: Gates
@@ -183,6 +196,7 @@ def _section(data, name, cls, element_types=None):
 _FIELD_TYPES = {("model", "revision"): str, ("inputs", "vocab_limit"): int,
                 ("train", "loss_target"): float, ("fit", "max_seq_len"): int,
                 ("cost", "training_run_steps"): int, ("licence", "dataset"): str,
+                ("predict", "lnc"): int, ("predict", "input_tokens"): int, ("predict", "output_tokens"): int,
                 **{("gates", f.name): (int if f.name in ("compiles_max", "fallback_ops_max") else float)
                    for f in dataclasses.fields(Gates)}}
 
@@ -198,7 +212,7 @@ def load(path):
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise WorkloadError(f"{path}: not valid TOML ({error})") from None
-    known = {"workload", "model", "inputs", "serve", "train", "compile", "fit", "cost", "licence", "gates"}
+    known = {"workload", "model", "inputs", "serve", "train", "compile", "fit", "predict", "cost", "licence", "gates"}
     for key in data:
         if key not in known:
             raise WorkloadError(f"[{key}]: unknown table (expected one of: {', '.join(sorted(known))})")
@@ -265,6 +279,12 @@ def load(path):
     for field, message in argument_problems(fit.platforms, fit.lnc, fit.tp, fit.batch_per_core,
                                             fit.max_seq_len or inputs.max_seq_len, fit.headroom):
         raise WorkloadError(f"fit.{field}: {message}")
+    predict = _section(data, "predict", Predict, {"platforms": str, "tp": int})
+    from .predict import argument_problems as predict_problems
+    tokens = [1 if value is None else value for value in (predict.input_tokens, predict.output_tokens)]
+    for option, message in predict_problems(predict.platforms, predict.tp or [1], predict.lnc, *tokens, predict.mode):
+        field = {"platform": "platforms"}.get(option, option.replace("-", "_"))
+        raise WorkloadError(f"predict.{field}: {message}")
     cost = _section(data, "cost", Cost)
     for device, price in cost.price_per_hour.items():
         _check_type(f"cost.price_per_hour.{device}", price, float)
@@ -275,5 +295,5 @@ def load(path):
     licence = _section(data, "licence", Licence, {"allowed": str})
     gates = _section(data, "gates", Gates)
     return Workload(name=name, task=task, seed=seed, scripts=scripts, model=model, inputs=inputs,
-                    serve=serve, train=train, compile=compile_, fit=fit, cost=cost, licence=licence,
-                    gates=gates, path=os.path.abspath(path), text=raw.decode("utf-8"))
+                    serve=serve, train=train, compile=compile_, fit=fit, predict=predict, cost=cost,
+                    licence=licence, gates=gates, path=os.path.abspath(path), text=raw.decode("utf-8"))

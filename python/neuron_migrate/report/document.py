@@ -1,7 +1,7 @@
 """The report as a list of blocks built from report.json alone, so that Markdown and HTML
 show the same content: ("h1"|"h2"|"h3", text), ("p", text), ("table", headers, rows),
 ("list", items), ("code", text), ("plot", name, caption)."""
-from .format import count, gib, mib, ms, number, size
+from .format import count, fraction, gib, mib, ms, number, size
 
 
 def _get(section, *path, default=None):
@@ -20,8 +20,11 @@ def build(report):
                     f"task: {report.get('task')}; status: **{report.get('status')}**; started {report.get('started')}, "
                     f"finished {report.get('finished')}; conditions digest `{report.get('conditions_digest')}`.")]
     if report.get("target_simulated"):
+        predicted = _get(s, "speed", "target", "predicted_label") or _get(s, "prediction", "label")
         blocks.append(("p", "**Timings are host timings on the simulated Neuron device, not a Trainium prediction.** "
-                            "The roofline section gives a labelled upper bound for real hardware."))
+                            + (f"Predicted Trainium figures are beside them, each labelled {predicted}. "
+                               if predicted else "")
+                            + "The roofline section gives a labelled upper bound for real hardware."))
     from .terminal import summary_lines
     blocks += [("h2", "At a glance"), ("code-plain", "\n".join(summary_lines(report)))]
     blocks += _will_it_run(s) + _is_it_right(s) + _compiles(s, timing) + _speed(s, report) + _fit(s, report)
@@ -137,8 +140,11 @@ def _speed(s, report):
         blocks.append(("p", f"Timings: {_get(speed, 'target', 'timing')}."))
         blocks.append(("table", ["device", "concurrency", "tokens/s", "P50", "P95", "P99", "TTFT P50", "TTFT P95",
                                  "errors"], rows))
+        blocks += _predicted_speed(speed.get("target") or {}, report)
         blocks.append(("plot", "latency_distribution", "Latency per request"))
         blocks.append(("plot", "throughput_vs_concurrency", "Steady throughput against concurrency"))
+        blocks.append(("plot", "predicted_vs_host", "Predicted Trainium latency against host latency per request"))
+    blocks += _dry_run(s.get("prediction") or {})
     if t.get("time_per_step_s") is not None:
         restart = t.get("restart") or {}
         blocks.append(("p", f"Training: {number(t['time_per_step_s'])} s per step on {report.get('target')} "
@@ -153,6 +159,34 @@ def _speed(s, report):
     if len(blocks) == 1:
         blocks.append(("p", "Not measured (see findings)."))
     return blocks
+
+
+def _predicted_speed(target, report):
+    """The target's predicted Trainium figures per concurrency level (speed.py), when it has them."""
+    levels = [level for level in target.get("levels") or [] if level.get("predicted")]
+    if not levels:
+        return []
+    rows = [[f"{target.get('platform')} ({report.get('target')}, target)", str(level["concurrency"]),
+             number(p["tokens_per_s"]), ms(p["latency_ms"]["p50"]), ms(p["latency_ms"]["p95"]),
+             ms(p["latency_ms"]["p99"]), ms(p["ttft_ms"]["p50"]), ms(p["ttft_ms"]["p95"]),
+             ms(p["per_token_ms"]["p50"]), fraction(p.get("mfu")), fraction(p.get("mbu"))]
+            for level in levels for p in [level["predicted"]]]
+    return [("p", f"**{target.get('predicted_label')}** on {target.get('platform')} (LNC {target.get('lnc')}), the "
+                  f"same requests: {target.get('predicted_note')}."),
+            ("table", ["device", "concurrency", "tokens/s", "P50", "P95", "P99", "TTFT P50", "TTFT P95",
+                       "per token P50", "MFU", "MBU"], rows)]
+
+
+def _dry_run(prediction):
+    """The dry run's table at the TP degrees the workload asked for (predict.py)."""
+    if not prediction.get("rows") and not prediction.get("refused"):
+        return [("p", f"Dry run: {prediction['skipped']}.")] if prediction.get("skipped") else []
+    from .terminal import prediction_notes, prediction_rows, prediction_title
+    headers, rows = prediction_rows(prediction)
+    return [("h3", "Predicted at other TP degrees (dry run)"), ("p", f"**{prediction_title(prediction)}**"),
+            ("table", headers, rows), ("list", prediction_notes(prediction)
+                                      + [f"refused: {r['platform']} TP {r['tp']}: {r['error']}"
+                                         for r in prediction["refused"]])]
 
 
 def _fit(s, report):
@@ -205,6 +239,12 @@ def _cost(s):
                        [[role, e["device"], number(e["price_per_hour"]), number(e.get("tokens_per_s")),
                          number(e.get("per_million_tokens")), number(e.get("per_training_run"))]
                         for role, e in running.items()]))
+    predicted = (running.get("target") or {}).get("predicted")
+    if predicted:
+        blocks.append(("p", f"**{predicted['label']}**: {number(predicted.get('per_million_tokens'))} "
+                            f"{c.get('currency')} per 1M tokens at {number(predicted['tokens_per_s'])} predicted "
+                            f"tokens/s on {predicted['platform']} (concurrency {predicted['at_concurrency']}, one "
+                            f"logical core); {predicted['assumption']}."))
     if c:
         one = c.get("one_time") or {}
         blocks.append(("p", f"Currency {c.get('currency')}; {c.get('note')}. One-time: engineering "

@@ -22,6 +22,14 @@ def ms(value):
     return "n/a" if value is None else f"{value:.1f} ms"
 
 
+def fixed(value, digits):
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def fraction(value):
+    return "n/a" if value is None else f"{value:.1%}"
+
+
 def number(value, digits=4):
     if value is None:
         return "n/a"

@@ -60,6 +60,29 @@ def throughput_vs_concurrency(report):
     return _png(figure)
 
 
+def predicted_vs_host(report):
+    """Each request's predicted Trainium latency (device clock) against its host latency."""
+    target = (report["sections"].get("speed") or {}).get("target") or {}
+    levels = [level for level in target.get("levels") or [] if (level.get("predicted") or {}).get("latencies_ms")]
+    if not levels:
+        return None
+    figure, axes = plt.subplots(figsize=(6, 3.2))
+    markers = "os^Dv"
+    for index, level in enumerate(levels):  # both lists follow the level's answered requests
+        axes.scatter(level["latencies_ms"], level["predicted"]["latencies_ms"], s=18, color=COLOURS["target"],
+                     marker=markers[index % len(markers)], label=f"concurrency {level['concurrency']}")
+    values = [v for level in levels for v in level["latencies_ms"] + level["predicted"]["latencies_ms"]]
+    low, high = min(values) * 0.8, max(values) * 1.25
+    axes.plot([low, high], [low, high], color="#adb5bd", linewidth=0.8, label="predicted = host")
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel(f"host latency on the simulated {report.get('target')} (ms)")
+    axes.set_ylabel(f"predicted {target.get('platform')} latency (ms)")
+    axes.set_title(target.get("predicted_label") or "predicted", fontsize=9)
+    axes.legend(fontsize=7)
+    return _png(figure)
+
+
 def memory_timeline(report):
     samples = (report["sections"].get("memory") or {}).get("timeline") or []
     if len(samples) < 2:
@@ -128,4 +151,5 @@ def loss_curves(report):
 
 
 ALL = {"latency_distribution": latency_distribution, "throughput_vs_concurrency": throughput_vs_concurrency,
+       "predicted_vs_host": predicted_vs_host,
        "memory_over_time": memory_timeline, "compiles_over_run": compiles_over_run, "loss_curves": loss_curves}

@@ -1,7 +1,7 @@
 """Rich renderables for the terminal: the fit table and the run summary."""
 from rich.table import Table
 
-from .format import count, gib, number
+from .format import count, fixed, fraction, gib, number
 
 
 def fit_table(result):
@@ -21,6 +21,46 @@ def fit_table(result):
     table.caption = f"smallest fitting TP degree: {smallest}\nKV cache: {result['cache_method']}" + (
         f"\nnot offered: {', '.join(result['not_offered'])}" if result.get("not_offered") else "")
     return table
+
+
+def prediction_rows(result):
+    """The prediction table's header and rows as text (shared with the report's table)."""
+    currency = result.get("currency")
+    headers = ["platform", "LNC", "TP", "TTFT ms", "per token ms", "tokens/s", "MFU prefill", "MBU decode",
+               f"{currency or 'cost'}/1M output tokens"]
+    rows = [[r["platform"], str(r["lnc"]), str(r["tp"]), fixed(r["ttft_ms"], 1), fixed(r["per_token_ms"], 2),
+             number(r["tokens_per_s"], 4), fraction(r.get("mfu_prefill")),
+             fraction(r.get("mbu_decode")), number(r.get("per_million_output_tokens"))] for r in result["rows"]]
+    return headers, rows
+
+
+def prediction_title(result):
+    return (f"{result['label']}: {result['config'].rstrip('/').rsplit('/', 1)[-1]}, {result['mode']}, batch "
+            f"{result['batch']}, {result['input_tokens']} tokens in / {result['output_tokens']} out")
+
+
+def prediction_notes(result):
+    """The lines under the prediction table: where the figures come from and the cost rule."""
+    notes = [f"from the {result['source']}"]
+    notes += list(result.get("cost_assumptions", {}).values()) or [
+        "no cost: no price_per_hour for these platforms (or neuron): give a workload file with [cost] prices"]
+    return notes
+
+
+def prediction_table(result):
+    """The table, then its notes (plain lines: they wrap on a narrow terminal, a caption is cut)."""
+    from rich import box
+    from rich.console import Group
+    from rich.text import Text
+    headers, rows = prediction_rows(result)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for index, column in enumerate(headers):  # cells keep their width; headers wrap between words
+        widest = max([len(row[index]) for row in rows] + [len(word) for word in column.split()])
+        table.add_column(column, justify="left" if index == 0 else "right", min_width=widest, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return Group(Text(prediction_title(result), style="bold"), table,
+                 *(Text(note) for note in prediction_notes(result)))
 
 
 def verdict_table(verdicts):
@@ -80,6 +120,24 @@ def summary_lines(report):
         lines.append(f"how fast?      {number(training['time_per_step_s'])} s per training step")
     if report.get("target_simulated"):
         lines.append("               (host timings on the simulated device, not a Trainium prediction)")
+    target = (s.get("speed") or {}).get("target") or {}
+    for level in levels:
+        p = level.get("predicted")
+        if p:
+            lines.append(f"how fast?      predicted on {target.get('platform')}, concurrency {level['concurrency']}: "
+                         f"{number(p['tokens_per_s'])} tokens/s, P95 {number(p['latency_ms']['p95'])} ms, TTFT P95 "
+                         f"{number(p['ttft_ms']['p95'])} ms, {number(p['per_token_ms']['p50'])} ms per token")
+    if any(level.get("predicted") for level in levels):
+        lines.append(f"               ({target.get('predicted_label')})")
+    prediction = s.get("prediction") or {}
+    for row in prediction.get("rows") or []:
+        lines.append(f"how fast?      predicted on {row['platform']} at TP {row['tp']} (dry run): TTFT {number(row['ttft_ms'])} ms, "
+                     f"{number(row['per_token_ms'])} ms per token, {number(row['tokens_per_s'])} tokens/s"
+                     + (f", {number(row['per_million_output_tokens'])} {prediction.get('currency')} per 1M tokens"
+                        if row.get("per_million_output_tokens") is not None else ""))
+    if prediction.get("rows"):
+        lines.append(f"               ({prediction['label']}, {prediction['input_tokens']} tokens in, "
+                     f"{prediction['output_tokens']} out, batch 1)")
     fit = s.get("fit") or {}
     if fit.get("smallest_fitting_tp"):
         lines.append("fits?          " + ", ".join(f"{k}: TP={v['tp']}" for k, v in fit["smallest_fitting_tp"].items()))
@@ -88,9 +146,15 @@ def summary_lines(report):
         lines.append("               measured peak " + ", ".join(f"core {c['core']}: {c['peak_bytes'] / 2**20:.1f} MiB"
                                                               for c in cores))
     running = ((s.get("cost") or {}).get("running") or {}).get("target") or {}
+    currency = (s.get("cost") or {}).get("currency")
     if running.get("per_million_tokens") is not None:
-        lines.append(f"cost?          {number(running['per_million_tokens'])} {(s.get('cost') or {}).get('currency')} "
-                     "per 1M tokens (from host throughput)")
+        lines.append(f"cost?          {number(running['per_million_tokens'])} {currency} per 1M tokens (from host "
+                     "throughput)")
+    predicted = running.get("predicted") or {}
+    if predicted.get("per_million_tokens") is not None:
+        lines.append(f"cost?          {number(predicted['per_million_tokens'])} {currency} per 1M tokens on "
+                     f"{predicted['platform']}, one core's share of price_per_hour.{predicted['price_key']} "
+                     f"({predicted['label']})")
     licence = s.get("licence") or {}
     if licence:
         lines.append(f"may we use it? model licence {(licence.get('model') or {}).get('licence')} "

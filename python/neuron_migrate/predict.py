@@ -1,0 +1,191 @@
+"""How fast on Trainium, and at what cost, before renting one: torch-neuron-sim's dry run (its
+public module `torch_neuron_sim.dry_run`: the model built from its config on the meta device, no
+weights, every op costed by the device clock's cost model) per platform x TP degree, with the
+team's prices. Every figure is a prediction and says so (`label`).
+
+Cost per 1M output tokens (Note [Predicted cost]): the price of one instance-hour of the
+platform's largest instance (workload `cost.price_per_hour.<platform>`, else `.neuron`), times the
+share of its logical cores the TP group uses (TP / cores per instance: the other cores serve other
+replicas; more than one instance when TP is larger), over the predicted output tokens per second
+of one request at batch 1, its prefill included."""
+import math
+import os
+
+from . import platforms as hw
+
+MODES = ("compiled", "eager")
+DEFAULT_TOKENS = 192
+
+
+class PredictError(ValueError):
+    """Input the dry run cannot use; the message says what to give instead."""
+
+
+# -- the adapter: every use of torch_neuron_sim.dry_run is in this block ---------------------
+def _dry_run():
+    try:
+        from torch_neuron_sim import dry_run
+    except ImportError as error:
+        raise PredictError(f"predictions need torch-neuron-sim's dry run (torch_neuron_sim.dry_run), "
+                           f"which is not importable here ({error})") from None
+    return dry_run
+
+
+def cost_model():
+    """(cost model version, calibration error as a fraction or None): what labels a prediction."""
+    dry_run = _dry_run()
+    return dry_run.COST_MODEL_VERSION, dry_run.calibration_error()
+
+
+def dry_run_figures(config_dir, platform, tp, lnc, input_tokens, output_tokens, mode):
+    """{ttft_ms, per_token_ms, tokens_per_s, mfu_prefill, mbu_decode} of one request at batch 1
+    (None for a figure the request does not have: per token with one output token); ValueError
+    when `tp` does not divide the model."""
+    prediction = _dry_run().predict(config_dir, platform=platform, tp=tp, logical_nc_config=lnc,
+                                    input_tokens=input_tokens, output_tokens=output_tokens, mode=mode)
+    figures = {name: getattr(prediction, name)
+               for name in ("ttft_ms", "per_token_ms", "tokens_per_s", "mfu_prefill", "mbu_decode")}
+    return {name: None if math.isnan(value) else value for name, value in figures.items()}
+# -- end of the adapter ----------------------------------------------------------------------
+
+
+def label(version, calibration_error):
+    """What every predicted figure is shown with."""
+    error = "unknown" if calibration_error is None else f"±{calibration_error:.0%}"
+    return f"predicted (cost model {version}, calibration error {error})"
+
+
+def current_label():
+    return label(*cost_model())
+
+
+def price_for(prices, platform):
+    """(price of one instance-hour, the key it came from) or (None, None)."""
+    for key in (platform, "neuron"):
+        if (prices or {}).get(key) is not None:
+            return prices[key], key
+    return None, None
+
+
+def cost_assumption(platform, lnc, price_key,
+                    throughput="the predicted output tokens/s of one request at batch 1, prefill included"):
+    spec = hw.platforms()[platform]
+    cores = hw.cores_per_instance(platform, lnc)
+    return (f"cost = price_per_hour.{price_key} as one {spec.get('chips_per_instance_note', platform)} "
+            f"instance-hour ({cores} logical cores at LNC {lnc}) x TP/{cores} (its other cores serve other "
+            f"replicas), over {throughput}")
+
+
+def per_million_tokens(price, platform, lnc, tp, tokens_per_s):
+    """Note [Predicted cost]: the TP group's share of the instance price per 1M output tokens."""
+    if price is None or not tokens_per_s:
+        return None
+    share = tp / hw.cores_per_instance(platform, lnc)
+    return price * share / 3600 / tokens_per_s * 1e6
+
+
+def config_folder(path):
+    """The folder holding config.json, from the folder or the file; PredictError otherwise."""
+    folder = os.path.dirname(path) if os.path.basename(path) == "config.json" else path
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        raise PredictError(f"{path}: no config.json there; give a workload file (TOML), or a folder holding a "
+                           "Hugging Face model's config.json (weights are not needed), e.g. demo/configs/llama-3.1-8b")
+    return folder
+
+
+def argument_problems(platform_names, tps, lnc, input_tokens, output_tokens, mode):
+    """[(option, what is wrong)], checked before any model is built."""
+    known = hw.platforms()
+    problems = [("platform", f"unknown platform {p!r} (known: {', '.join(known)})")
+                for p in platform_names if p not in known]
+    if not platform_names:
+        problems.append(("platform", "expected at least one platform"))
+    if lnc is not None:
+        problems += [("lnc", f"{p} offers LNC {', '.join(map(str, known[p]['lnc']))}, not {lnc}")
+                     for p in platform_names if p in known and lnc not in known[p]["lnc"]]
+    if not tps or any(tp < 1 for tp in tps):
+        problems.append(("tp", f"expected a non-empty list of positive integers, got {list(tps or [])}"))
+    for name, value in (("input-tokens", input_tokens), ("output-tokens", output_tokens)):
+        if value < 1:
+            problems.append((name, f"expected a positive integer, got {value}"))
+    if mode not in MODES:
+        problems.append(("mode", f"expected one of {', '.join(MODES)}, got {mode!r}"))
+    return problems
+
+
+def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_tokens=DEFAULT_TOKENS,
+            output_tokens=DEFAULT_TOKENS, mode="compiled", prices=None, currency=None):
+    """The prediction table: one row per platform and TP degree ("refused" lists the degrees that
+    do not divide the model, with the dry run's reason). PredictError for bad arguments."""
+    problems = argument_problems(platform_names, tps, lnc, input_tokens, output_tokens, mode)
+    if problems:
+        raise PredictError("; ".join(f"--{name}: {message}" for name, message in problems))
+    version, calibration_error = cost_model()
+    rows, refused, assumptions = [], [], {}
+    for platform in platform_names:
+        platform_lnc = lnc if lnc is not None else hw.platforms()[platform]["default_lnc"]
+        price, price_key = price_for(prices, platform)
+        if price is not None:
+            assumptions[platform] = cost_assumption(platform, platform_lnc, price_key)
+        for tp in tps:
+            try:
+                figures = dry_run_figures(config_dir, platform, tp, platform_lnc, input_tokens, output_tokens, mode)
+            except PredictError:
+                raise
+            except ValueError as error:
+                refused.append({"platform": platform, "tp": tp, "lnc": platform_lnc, "error": str(error)})
+                continue
+            latency = figures["ttft_ms"] + (output_tokens - 1) * (figures["per_token_ms"] or 0)
+            request_rate = output_tokens * 1000 / latency if latency > 0 else None
+            rows.append({"platform": platform, "lnc": platform_lnc, "tp": tp, **figures,
+                         "request_latency_ms": latency, "request_tokens_per_s": request_rate,
+                         "price_per_hour": price, "price_key": price_key,
+                         "per_million_output_tokens": per_million_tokens(price, platform, platform_lnc, tp,
+                                                                         request_rate)})
+    return {"label": label(version, calibration_error), "cost_model_version": version,
+            "calibration_error": calibration_error, "config": os.path.abspath(config_dir), "mode": mode,
+            "batch": 1, "input_tokens": input_tokens, "output_tokens": output_tokens, "currency": currency,
+            "cost_assumptions": assumptions, "rows": rows, "refused": refused,
+            "source": "dry run of torch-neuron-sim (meta device, no weights; bfloat16, batch 1, greedy; "
+                      "the device alone, no serving stack's cost per step)"}
+
+
+def for_workload(workload, platform_names=None, tps=None, lnc=None, input_tokens=None, output_tokens=None,
+                 mode=None):
+    """predict() for a workload file: its model's config, its [predict] table, its longest request
+    and its prices; each argument given overrides the workload's."""
+    if not workload.model.path:
+        raise PredictError("the workload's model is a factory: the dry run needs a config.json "
+                           "(give the model folder instead)")
+    wanted = workload.predict
+    tps = tps or wanted.tp
+    if not tps:
+        raise PredictError("--tp: give the tensor-parallel degrees to predict, e.g. --tp 4,16,64 "
+                           "(or [predict] tp = [...] in the workload)")
+    folder = config_folder(workload.resolve(workload.model.path))
+    input_tokens = _given(input_tokens, wanted.input_tokens)
+    if input_tokens is None:
+        input_tokens = workload_lengths(workload)[0]
+    output_tokens = _given(output_tokens, wanted.output_tokens, workload.inputs.max_new_tokens)
+    return predict(folder, platform_names or wanted.platforms, tps, _given(lnc, wanted.lnc), input_tokens,
+                   output_tokens, mode or wanted.mode, workload.cost.price_per_hour, workload.cost.currency)
+
+
+def _given(*values):
+    """The first value that is not None (0 is a value, refused later by argument_problems)."""
+    return next((value for value in values if value is not None), None)
+
+
+def workload_lengths(workload):
+    """(input tokens, output tokens) of the workload's longest request at batch 1: its longest
+    random-token prompt, or text prompt as its tokenizer counts it."""
+    lengths = list(workload.inputs.prompt_lengths)
+    folder = workload.resolve(workload.model.path) if workload.model.path else None
+    if workload.inputs.prompts and folder and any(n.startswith("tokenizer") for n in os.listdir(folder)):
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        lengths += [len(tokenizer(text)["input_ids"]) for text in workload.inputs.prompts]
+    if not lengths:
+        raise PredictError("the workload's prompts need a tokenizer in the model folder to be counted: "
+                           "give --input-tokens")
+    return max(lengths), workload.inputs.max_new_tokens
