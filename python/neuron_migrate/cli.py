@@ -50,6 +50,9 @@ def parser():
                          help="generated tokens (default: the workload's max_new_tokens, or 192)")
     predict.add_argument("--mode", choices=["compiled", "eager"],
                          help="compiled programs (default) or one launch per op")
+    predict.add_argument("--serving", choices=["device", "nxdi", "vllm-neuron"], default="device",
+                         help="add a serving stack's fixed cost per model step (the dry run's data/serving.toml; "
+                              "default: the device alone)")
     predict.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     fit = commands.add_parser("fit", help="does the model fit? parameters + KV cache per core, from its config")
@@ -140,14 +143,14 @@ def _predict(args, console):
     try:
         if args.model.endswith(".toml") and os.path.isfile(args.model):
             result = for_workload(load(args.model), args.platform, args.tp, args.lnc, args.input_tokens,
-                                  args.output_tokens, args.mode)
+                                  args.output_tokens, args.mode, args.serving)
         elif not args.tp:
             raise PredictError("--tp: give the tensor-parallel degrees to predict, e.g. --tp 4,16,64")
         else:
             result = predict(config_folder(args.model), args.platform or ["trn2"], args.tp, args.lnc,
                              DEFAULT_TOKENS if args.input_tokens is None else args.input_tokens,
                              DEFAULT_TOKENS if args.output_tokens is None else args.output_tokens,
-                             args.mode or "compiled")
+                             args.mode or "compiled", serving=args.serving)
     except (PredictError, WorkloadError) as error:
         console.print(f"[red]predict: {escape(str(error))}")
         return 2

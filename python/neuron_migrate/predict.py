@@ -37,12 +37,13 @@ def cost_model():
     return dry_run.COST_MODEL_VERSION, dry_run.calibration_error()
 
 
-def dry_run_figures(config_dir, platform, tp, lnc, input_tokens, output_tokens, mode):
+def dry_run_figures(config_dir, platform, tp, lnc, input_tokens, output_tokens, mode, serving="device"):
     """{ttft_ms, per_token_ms, tokens_per_s, mfu_prefill, mbu_decode} of one request at batch 1
     (None for a figure the request does not have: per token with one output token); ValueError
     when `tp` does not divide the model."""
     prediction = _dry_run().predict(config_dir, platform=platform, tp=tp, logical_nc_config=lnc,
-                                    input_tokens=input_tokens, output_tokens=output_tokens, mode=mode)
+                                    input_tokens=input_tokens, output_tokens=output_tokens, mode=mode,
+                                    serving=serving)
     figures = {name: getattr(prediction, name)
                for name in ("ttft_ms", "per_token_ms", "tokens_per_s", "mfu_prefill", "mbu_decode")}
     return {name: None if math.isnan(value) else value for name, value in figures.items()}
@@ -114,9 +115,10 @@ def argument_problems(platform_names, tps, lnc, input_tokens, output_tokens, mod
 
 
 def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_tokens=DEFAULT_TOKENS,
-            output_tokens=DEFAULT_TOKENS, mode="compiled", prices=None, currency=None):
+            output_tokens=DEFAULT_TOKENS, mode="compiled", prices=None, currency=None, serving="device"):
     """The prediction table: one row per platform and TP degree ("refused" lists the degrees that
-    do not divide the model, with the dry run's reason). PredictError for bad arguments."""
+    do not divide the model, with the dry run's reason). PredictError for bad arguments.
+    `serving` adds a serving stack's fixed cost per step (the dry run's serving stacks)."""
     problems = argument_problems(platform_names, tps, lnc, input_tokens, output_tokens, mode)
     if problems:
         raise PredictError("; ".join(f"--{name}: {message}" for name, message in problems))
@@ -129,7 +131,8 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
             assumptions[platform] = cost_assumption(platform, platform_lnc, price_key)
         for tp in tps:
             try:
-                figures = dry_run_figures(config_dir, platform, tp, platform_lnc, input_tokens, output_tokens, mode)
+                figures = dry_run_figures(config_dir, platform, tp, platform_lnc, input_tokens, output_tokens, mode,
+                                          serving)
             except PredictError:
                 raise
             except ValueError as error:
@@ -146,12 +149,14 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
             "calibration_error": calibration_error, "config": os.path.abspath(config_dir), "mode": mode,
             "batch": 1, "input_tokens": input_tokens, "output_tokens": output_tokens, "currency": currency,
             "cost_assumptions": assumptions, "rows": rows, "refused": refused,
-            "source": "dry run of torch-neuron-sim (meta device, no weights; bfloat16, batch 1, greedy; "
-                      "the device alone, no serving stack's cost per step)"}
+            "serving": serving,
+            "source": "dry run of torch-neuron-sim (meta device, no weights; bfloat16, batch 1, greedy; " +
+                      ("the device alone, no serving stack's cost per step)" if serving == "device" else
+                       f"with the {serving} serving stack's fixed cost per step)")}
 
 
 def for_workload(workload, platform_names=None, tps=None, lnc=None, input_tokens=None, output_tokens=None,
-                 mode=None):
+                 mode=None, serving="device"):
     """predict() for a workload file: its model's config, its [predict] table, its longest request
     and its prices; each argument given overrides the workload's."""
     if not workload.model.path:
@@ -168,7 +173,8 @@ def for_workload(workload, platform_names=None, tps=None, lnc=None, input_tokens
         input_tokens = workload_lengths(workload)[0]
     output_tokens = _given(output_tokens, wanted.output_tokens, workload.inputs.max_new_tokens)
     return predict(folder, platform_names or wanted.platforms, tps, _given(lnc, wanted.lnc), input_tokens,
-                   output_tokens, mode or wanted.mode, workload.cost.price_per_hour, workload.cost.currency)
+                   output_tokens, mode or wanted.mode, workload.cost.price_per_hour, workload.cost.currency,
+                   serving)
 
 
 def _given(*values):

@@ -171,3 +171,12 @@ def test_llama_70b_at_tp_64_is_answered(capsys):  # ~20 s on a 2-core machine
     printed = _printed(capsys)
     assert "llama-3.3-70b, compiled, batch 1, 192 tokens in / 192 out" in printed and "trn2 2 64 " in printed
     print(f"neuron-migrate predict llama-3.3-70b --tp 64: {seconds:.1f} s")
+
+
+def test_a_serving_stack_adds_its_cost_per_step(tiny, capsys):
+    _, device = _json(capsys, tiny, "--tp", "1", "--input-tokens", "8", "--output-tokens", "3")
+    status, served = _json(capsys, tiny, "--tp", "1", "--input-tokens", "8", "--output-tokens", "3",
+                           "--serving", "vllm-neuron")
+    expected = dry_run.predict(tiny, platform="trn2", tp=1, input_tokens=8, output_tokens=3, serving="vllm-neuron")
+    assert status == 0 and served["serving"] == "vllm-neuron" and "vllm-neuron serving stack" in served["source"]
+    assert served["rows"][0]["per_token_ms"] == expected.per_token_ms > device["rows"][0]["per_token_ms"]
