@@ -22,7 +22,20 @@ from torch.compiler._cache import CacheArtifact, CacheArtifactFactory, CacheArti
 
 from .. import _C
 
-COMPILER_VERSION = "torch-neuron-sim-compiler-3"
+def _compiler_version():
+    """The compiler's version: a name bumped by hand when the executor (C++) changes what a program
+    means, and a digest of this package's own sources (the passes, fusion and lowering that make a
+    program), so that a program lowered by other code is never loaded from the cache."""
+    digest = hashlib.sha256()
+    folder = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read() + b"\0")
+    return f"torch-neuron-sim-compiler-4+{digest.hexdigest()[:16]}"
+
+
+COMPILER_VERSION = _compiler_version()
 _cache = None
 
 

@@ -3,8 +3,8 @@ the ATen graph become one "neuron::pointwise" program node, and its code.
 
 A pointwise node whose every user is itself fusable is not materialised: it is computed
 inside each group that reads it (recomputed when several do: cheap elementwise work against
-one more kernel launch and buffer), unless several groups read it and it has several inputs
-(then recomputing reads more than materialising: a residual stream's adds). A fusable node with a user that is not fusable, or that
+one more kernel launch and buffer), unless several groups would recompute it and it has several
+inputs (then recomputing reads more than materialising: a residual stream's adds). A fusable node with a user that is not fusable, or that
 the graph returns, is a group's root: its group is its closure over non-materialised
 pointwise arguments, bounded by MAX_INSTRUCTIONS (beyond, the node is materialised). Groups
 of one op stay the ATen op (its direct kernel)."""
@@ -93,15 +93,7 @@ class Plan:
                 torch.fx.node.map_arg(n.args, returned.add)
         materialised = {n for n in candidates if n in returned or any(u not in candidates for u in n.users)}
         inline = candidates - materialised
-        # Recomputing a node in each of its users' groups reads its inputs once per group: free
-        # for a node of one input (a convert read twice instead of written once and read twice),
-        # but a node of several inputs read by several groups is materialised, or a chain of such
-        # nodes (a residual stream of adds, each read by the next layer's norm and add) would be
-        # recomputed by ever larger groups, reading every earlier input again.
-        for node in sorted(inline, key=self._order.__getitem__):
-            if len(node.users) > 1 and len(self._leaves(self._closure(node, inline), inline)) > 1:
-                inline.discard(node)
-                materialised.add(node)
+        self._materialise_shared(inline, materialised)
         # Every inlined node is computed by each group that reaches it; a group too large
         # materialises its root's inlined arguments, until every group fits.
         while True:
@@ -122,6 +114,37 @@ class Plan:
                 break
         self.groups = groups
         self.inline = inline
+
+    def _materialise_shared(self, inline, materialised):
+        """Recomputing a node in each group that reads it reads its inputs once per group: free for
+        a node of one input (a convert read twice instead of written once and read twice), but a
+        node of several inputs that reaches several groups' roots is materialised, or a chain of
+        such nodes (a residual stream of adds, each read by the next layer's norm and add) would be
+        recomputed by ever larger groups, reading every earlier input again. A node read twice
+        inside one group (a diamond) stays inline: it is computed once there."""
+        changed = True
+        while changed:
+            changed = False
+            for node in sorted(inline, key=self._order.__getitem__):
+                if len(node.users) > 1 and len(self._roots_reached(node, inline, materialised)) > 1 and \
+                        len(self._leaves(self._closure(node, inline), inline)) > 1:
+                    inline.discard(node)
+                    materialised.add(node)
+                    changed = True
+
+    @staticmethod
+    def _roots_reached(node, inline, materialised):
+        """The groups' roots whose closures hold `node`: its users' users, through inlined nodes."""
+        roots, seen, stack = set(), {node}, [node]
+        while stack:
+            for user in stack.pop().users:
+                if user in inline:
+                    if user not in seen:
+                        seen.add(user)
+                        stack.append(user)
+                elif user in materialised:
+                    roots.add(user)
+        return roots
 
     @staticmethod
     def _leaves(members, inline):
@@ -161,6 +184,10 @@ def code_for(members, leaves, dtype_code):
             else:
                 operands.append(-1)
                 scalar = float(arg)
+                if opcode in (ADD, SUB) and _val(node).dtype == torch.bfloat16:
+                    # ATen's bfloat16 add/sub rounds a Python scalar to bfloat16 first (its mul
+                    # keeps it in float): the fused code must add the same number.
+                    scalar = float(torch.tensor(scalar, dtype=torch.bfloat16))
         operands += [-1] * (3 - len(operands))
         code += [opcode] + operands + [dtype_code(_val(node).dtype)]
         scalars.append(scalar)
