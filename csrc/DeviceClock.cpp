@@ -510,6 +510,10 @@ const neuron_rt::CostModel& cost_model_for(const std::string& platform, int logi
     auto it = state.specs.find(platform);
     TORCH_CHECK(it != state.specs.end(), "the platform data file has no [", platform,
                 "] table; choose trn1, trn2 or trn3, or add the platform's constants (with their sources)");
+    const double most = it->second.constants().count("max_logical_nc_config")
+                            ? it->second.get("max_logical_nc_config") : 2.0;
+    TORCH_CHECK(logical_nc_config >= 1 && logical_nc_config <= most, "logical core configuration (LNC) ",
+                logical_nc_config, " is not offered on ", platform, " (1 to ", int(most), ")");
     model = std::make_unique<neuron_rt::CostModel>(NEURON_RT_CALL(neuron_rt::CostModel(it->second, logical_nc_config)));
   }
   return *model;

@@ -1,3 +1,4 @@
+#include <cmath>
 #include "platform_spec.h"
 
 #include <cctype>
@@ -80,6 +81,11 @@ std::map<std::string, PlatformSpec> parse_platform_specs(const std::string& text
     PlatformConstant constant;
     constant.value = std::strtod(begin, &end);
     if (end == begin) throw bad("'value' is not a number");
+    // Every constant is a size, a rate, a count or a latency: a zero, negative, nan or inf value
+    // would make the cost model divide by it or drop a term without a word.
+    if (!std::isfinite(constant.value) || constant.value <= 0) {
+      throw bad("'" + key + "' must be a finite number above 0");
+    }
     line.at += size_t(end - begin);
     if (!line.take(',') || line.name() != "source" || !line.take('=') || !line.take('"')) {
       throw bad("the entry needs a source: '..., source = \"...\"'");

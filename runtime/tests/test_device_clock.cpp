@@ -44,6 +44,11 @@ TEST(PlatformSpec, RejectsAnEntryWithoutASource) {
   EXPECT_THROW(parse_platform_specs("x = { value = 1, source = \"s\" }\n", "t"), Error);
   EXPECT_THROW(parse_platform_specs("[trn2]\nx = { value = 1, source = \"a\" }\nx = { value = 2, source = \"b\" }\n", "t"),
                Error);
+  for (const char* value : {"0", "-1", "nan", "inf"}) {  // a rate of 0 would divide by zero
+    EXPECT_THROW(parse_platform_specs(std::string("[trn2]\nx = { value = ") + value + ", source = \"s\" }\n", "t"),
+                 Error)
+        << value;
+  }
   auto parsed = parse_platform_specs("# c\n[p]  # c\nx = { value = 2.5e3, source = \"a, b\" }  # c\n", "t");
   EXPECT_EQ(parsed.at("p").get("x"), 2500.0);
   EXPECT_EQ(parsed.at("p").constants().at("x").source, "a, b");
