@@ -87,11 +87,11 @@ def calibration_error():
     try:
         with open(RESULTS) as f:
             results = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if results.get("cost_model") != dry_run.COST_MODEL_VERSION:
-        return None
-    checks = [abs(r["error"]) for r in results["rows"] if not r["fitted"]]
+        if results.get("cost_model") != dry_run.COST_MODEL_VERSION:
+            return None
+        checks = [abs(float(r["error"])) for r in results["rows"] if not r["fitted"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # missing or damaged: unknown, as documented
     return max(checks) if checks else None
 
 
@@ -99,6 +99,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when the stored results or docs are stale")
     args = parser.parse_args(argv)
+    if args.check and not os.path.isfile(RESULTS):
+        print(f"stale: {RESULTS} does not exist; run `make calibrate`", file=sys.stderr)
+        return 1
     results = predict_rows()
     docs = _docs_with(table(results))
     stored = json.dumps(results, indent=1) + "\n"

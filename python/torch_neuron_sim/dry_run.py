@@ -138,6 +138,7 @@ class Prediction:
     tp: int
     mode: str
     serving: str
+    logical_nc_config: int
     ttft_ms: float
     per_token_ms: float
     prefill_launches: int  # launches of one rank's prefill (compiled: programs)
@@ -200,17 +201,30 @@ def collective_ns(algorithm, nbytes, tp, platform, logical_nc_config):
     return _C._cost_collective(algorithm, int(nbytes), tp, link, platform, logical_nc_config, per_chip)[0]
 
 
+LLAMA_STYLE = ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers", "vocab_size")
+
+
 def shard_config(config, tp):
     """One rank's shard of a Llama-style config at tensor parallel degree `tp`."""
     import copy
+    missing = [name for name in LLAMA_STYLE if not isinstance(getattr(config, name, None), int)]
+    if missing:
+        raise ValueError(f"the dry run shards Llama-style decoder configs; this {config.model_type} config has no "
+                         f"{', '.join(missing)} (give a config with {', '.join(LLAMA_STYLE)})")
+    if not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"tp {tp!r} must be a whole number of ranks, 1 or more")
     config = copy.deepcopy(config)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     config.head_dim = head_dim
     if config.num_attention_heads % tp or config.intermediate_size % tp:
         raise ValueError(f"tp {tp} must divide the {config.num_attention_heads} attention heads and the "
                          f"intermediate size {config.intermediate_size}; choose a divisor")
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    if kv_heads % tp and tp % kv_heads:
+        raise ValueError(f"tp {tp} must divide the {kv_heads} key-value heads, or be a multiple of them (each "
+                         "rank then holds one, replicated); choose another degree")
     config.num_attention_heads //= tp
-    config.num_key_value_heads = max(1, config.num_key_value_heads // tp)
+    config.num_key_value_heads = max(1, kv_heads // tp)
     config.intermediate_size //= tp
     config.vocab_size = -(-config.vocab_size // tp)  # vocabulary-parallel embedding and LM head
     return config
@@ -307,16 +321,41 @@ def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, 
                                (torch.zeros(1, step_tokens, dtype=torch.long, device="meta"),
                                 torch.arange(input_tokens, input_tokens + step_tokens, device="meta"))):
             before_ns, before_calls = costs.ns, costs.calls
-            forward(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1, cache_position=positions)
+            try:
+                forward(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
+                        cache_position=positions)
+            except Exception as error:  # noqa: BLE001  (Dynamo's and the model's own errors)
+                torch._dynamo.reset()
+                raise RuntimeError(
+                    f"the dry run could not trace this {model.config.model_type} model compiled (a forward of "
+                    f"{ids.shape[1]} tokens over a static cache of {cache_len}): {type(error).__name__}: "
+                    f"{str(error).splitlines()[0] if str(error) else ''}. Try mode='eager' (--mode eager)") from error
             measured.append((costs.ns - before_ns, costs.calls - before_calls))
     torch._dynamo.reset()
     (prefill_ns, programs), (decode_ns, _) = measured
     return prefill_ns, decode_ns, programs
 
 
-def _uniform_layers(config):
-    types = getattr(config, "layer_types", None)
-    return not types or len(set(types)) == 1
+def _layer_signature(layer):
+    """What makes two decoder layers cost the same: their modules' kinds, parameter shapes and
+    attention settings."""
+    parts = [(name, type(module).__name__) for name, module in layer.named_modules()]
+    parts += [(name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters()]
+    attention = getattr(layer, "self_attn", None)
+    for name in ("attention_type", "sliding_window", "is_sliding", "is_causal"):
+        parts.append((name, repr(getattr(layer, name, None)), repr(getattr(attention, name, None))))
+    return tuple(parts)
+
+
+def _uniform_layers(config, tp):
+    """True when every decoder layer from the third on is built like the third (a one-rank shard
+    on meta, no memory): then a two- and a three-layer trace give every layer's cost."""
+    model = build(config, tp)
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None or len(layers) != config.num_hidden_layers:
+        return False
+    third = _layer_signature(layers[2])
+    return all(_layer_signature(layer) == third for layer in layers[3:])
 
 
 def compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, cache_len, step_tokens=1):
@@ -325,7 +364,7 @@ def compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, c
     fused with its neighbours as inside the whole model) times each layer past the second."""
     layers = config.num_hidden_layers
     args = (config, tp, platform, logical_nc_config, input_tokens, cache_len)
-    if layers <= 3 or not _uniform_layers(config):
+    if layers <= 3 or not _uniform_layers(config, tp):
         return _compiled_forward_ns(*args, step_tokens=step_tokens)
     two = _compiled_forward_ns(*args, layers=2, step_tokens=step_tokens)
     three = _compiled_forward_ns(*args, layers=3, step_tokens=step_tokens)
@@ -347,16 +386,21 @@ def _model_figures(config, tp, input_tokens, context, itemsize=2):
     with torch.device("meta"):
         from transformers import AutoModelForCausalLM
         model = AutoModelForCausalLM.from_config(shard)
-    weights = sum(p.numel() for name, p in model.named_parameters() if "embed_tokens" not in name)
+    embedding = model.get_input_embeddings().weight
+    weights = sum(p.numel() for p in model.parameters() if p is not embedding)
+    head = model.get_output_embeddings()
+    if head is not None and head.weight is embedding:
+        weights += embedding.numel()  # tied: the LM head reads the embedding's matrix
     heads_dim = shard.num_attention_heads * shard.head_dim
     flops = 2 * weights * input_tokens + 2 * shard.num_hidden_layers * heads_dim * input_tokens * input_tokens
     kv = 2 * shard.num_hidden_layers * shard.num_key_value_heads * shard.head_dim * context * itemsize
     return flops, weights * itemsize + kv
 
 
-def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=2, input_tokens=192, output_tokens=192,
+def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_tokens=192, output_tokens=192,
             mode="compiled", serving="device", step_tokens=1, max_model_len=None):
     """Predicted TTFT and per-token latency of greedy generation, batch 1 (see the module's doc).
+    `logical_nc_config` defaults to the platform's (2 on trn2/trn3, 1 on trn1).
     `serving` adds a serving stack's fixed cost per step (data/serving.toml; "device": none);
     `step_tokens` > 1 predicts a speculative verify step of that many tokens (compiled only;
     per_token_ms is then the step's time). `max_model_len` is the static KV cache's length
@@ -368,7 +412,12 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=2, input_tok
     if input_tokens < 1 or output_tokens < 1:
         raise ValueError(f"input_tokens {input_tokens} and output_tokens {output_tokens} must be at least 1")
     config = _load_config(config_or_dir)
-    platform_constant(platform, "chips_per_instance")  # an unknown platform is refused here
+    most = platform_constant(platform, "max_logical_nc_config")  # an unknown platform is refused here
+    if logical_nc_config is None:
+        logical_nc_config = int(most)  # the platform's default: LNC 2 on trn2 and trn3, 1 on trn1
+    if logical_nc_config not in range(1, int(most) + 1):
+        raise ValueError(f"logical core configuration (LNC) {logical_nc_config} is not offered on {platform} "
+                         f"(1 to {int(most)})")
     overhead_ns = serving_overhead_ns(serving)
     if step_tokens != 1 and mode != "compiled":
         raise ValueError("step_tokens > 1 (a verify step) is predicted in compiled mode only")
@@ -394,7 +443,7 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=2, input_tok
     flops, step_bytes = _model_figures(config, tp, input_tokens, input_tokens + output_tokens // 2)
     peak_flops, peak_bytes = _C._peak_rates(platform, logical_nc_config)
     return Prediction(
-        platform=platform, tp=tp, mode=mode, serving=serving, ttft_ms=ttft_ns / 1e6, per_token_ms=per_token_ns / 1e6,
+        platform=platform, tp=tp, mode=mode, serving=serving, logical_nc_config=logical_nc_config, ttft_ms=ttft_ns / 1e6, per_token_ms=per_token_ns / 1e6,
         prefill_launches=prefill_launches, decode_launches=decode_launches,
         collectives_ms_per_token=step_collectives / 1e6,
         mfu_prefill=flops / (ttft_ns * 1e-9) / peak_flops,
@@ -406,7 +455,7 @@ def main(argv=None):
     parser.add_argument("config_dir")
     parser.add_argument("--platform", default="trn2", choices=PLATFORMS)
     parser.add_argument("--tp", type=int, default=1)
-    parser.add_argument("--lnc", type=int, default=2, choices=(1, 2))
+    parser.add_argument("--lnc", type=int, choices=(1, 2), help="logical core configuration (default: the platform's)")
     parser.add_argument("--input-tokens", type=int, default=192)
     parser.add_argument("--output-tokens", type=int, default=192)
     parser.add_argument("--mode", default="compiled", choices=("compiled", "eager"))
@@ -421,9 +470,9 @@ def main(argv=None):
     try:
         p = predict(args.config_dir, args.platform, args.tp, args.lnc, args.input_tokens, args.output_tokens,
                     args.mode, args.serving, args.step_tokens, args.max_model_len)
-    except ValueError as error:
+    except (ValueError, RuntimeError) as error:
         parser.error(str(error))
-    print(f"dry run: {args.config_dir} on {args.platform} LNC {args.lnc}, TP {args.tp}, batch 1, "
+    print(f"dry run: {args.config_dir} on {args.platform} LNC {p.logical_nc_config}, TP {args.tp}, batch 1, "
           f"{args.input_tokens} in / {args.output_tokens} out, {args.mode}, serving: {args.serving} "
           f"(predicted, cost model {COST_MODEL_VERSION})")
     print(f"TTFT {p.ttft_ms:.1f} ms, per token {p.per_token_ms:.2f} ms ({p.tokens_per_s:.1f} tokens/s), "

@@ -44,3 +44,12 @@ def test_the_readme_quotes_the_current_errors():
     for row in results["rows"]:
         if not row["fitted"]:
             assert f"{row['error']:+.1%}".replace("+", "" if row["error"] < 0 else "+") in readme, row
+
+
+def test_a_missing_or_damaged_results_file_is_unknown_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.setattr(calibration, "RESULTS", str(tmp_path / "calibration.json"))
+    assert calibration.calibration_error() is None
+    assert calibration.main(["--check"]) == 1  # says to run make calibrate, without predicting first
+    (tmp_path / "calibration.json").write_text('{"cost_model": "%s", "rows": [{"fitted": false}]}'
+                                               % dry_run.COST_MODEL_VERSION)
+    assert calibration.calibration_error() is None

@@ -149,3 +149,48 @@ def test_a_folder_without_a_config_is_refused_with_what_to_give(tmp_path, capsys
         dry_run.main([str(tmp_path), "--tp", "4"])
     assert exit_info.value.code == 2
     assert "no config.json there" in capsys.readouterr().err
+
+
+def test_layers_that_differ_are_traced_whole_not_extrapolated():
+    """Review 25 finding 5: an MoE config whose first layers are dense (DeepSeek-V3's
+    first_k_dense_replace, Qwen3-MoE's mlp_only_layers) is not built of one kind of layer."""
+    config = transformers.Qwen3MoeConfig(hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                                         num_hidden_layers=5, num_attention_heads=4, num_key_value_heads=2,
+                                         head_dim=16, vocab_size=256, num_experts=4, num_experts_per_tok=2,
+                                         mlp_only_layers=[3])
+    assert not dry_run._uniform_layers(config, 1)
+    prefill, step, _ = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 8, 12)
+    whole = dry_run._compiled_forward_ns(config, 1, "trn2", 2, 8, 12)
+    assert (prefill, step) == whole[:2]
+    llama = tiny_llama()
+    llama.num_hidden_layers = 5
+    assert dry_run._uniform_layers(llama, 1)
+
+
+def test_tied_embeddings_count_the_lm_head_in_mbu():
+    """Review 25 finding 11: a tied LM head reads the embedding matrix every step."""
+    untied, tied = tiny_llama(), tiny_llama()
+    tied.tie_word_embeddings = True
+    untied.tie_word_embeddings = False
+    assert dry_run._model_figures(tied, 1, 8, 8) == dry_run._model_figures(untied, 1, 8, 8)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"tp": 0}, "1 or more"),
+    ({"tp": 3}, "must divide"),
+    ({"platform": "trn1", "logical_nc_config": 2}, "not offered on trn1"),
+])
+def test_sharding_and_core_settings_that_cannot_run_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        dry_run.predict(tiny_llama(), **{"input_tokens": 4, "output_tokens": 2, **kwargs})
+
+
+def test_a_config_that_is_not_llama_style_gets_a_clear_error():
+    gpt2 = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256)
+    with pytest.raises(ValueError, match="Llama-style decoder configs; this gpt2 config has no"):
+        dry_run.predict(gpt2, input_tokens=4, output_tokens=2)
+
+
+def test_trn1_defaults_to_its_own_logical_core_configuration():
+    assert dry_run.predict(tiny_llama(), "trn1", input_tokens=4, output_tokens=2).logical_nc_config == 1
+    assert dry_run.predict(tiny_llama(), "trn2", input_tokens=4, output_tokens=2).logical_nc_config == 2
