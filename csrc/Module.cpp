@@ -112,9 +112,11 @@ py::dict device_properties(int device) {
   const auto& topology = rt.topology();
   const auto& core = topology.visible[device];
   py::dict properties;
-  const std::string platform = topology.platform_name();
-  const char* chip = platform == "trn1" ? "Trainium" : platform == "trn3" ? "Trainium3" : "Trainium2";
-  properties["name"] = "AWS " + std::string(chip) + " NeuronCore (simulated)";
+  // `name` is the instance type as the real package reports it ("trn1", "trn2", "trn3"), the
+  // string tools match on (torchtitan's get_peak_flops); that the core is simulated is said by
+  // `is_simulated`, never inside the name.
+  properties["name"] = topology.platform_name();
+  properties["is_simulated"] = true;
   properties["platform"] = topology.platform_name();
   properties["total_memory"] = core.hbm_bytes;
   properties["logical_nc_config"] = topology.logical_nc_config;

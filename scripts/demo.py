@@ -25,8 +25,10 @@ def main():
     if not os.path.isdir(args.model):
         raise SystemExit(f"model folder {args.model!r} not found; train it with scripts/train_demo_model.py")
 
-    print(f"device: {torch.neuron.get_device_name(0)}, {torch.neuron.device_count()} visible cores, "
-          f"{torch.neuron.get_device_properties(0).total_memory / 2**30:.0f} GiB HBM per core")
+    properties = torch.neuron.get_device_properties(0)
+    print(f"device: {torch.neuron.get_device_name(0)} ({properties.name}"
+          f"{', simulated' if getattr(properties, 'is_simulated', False) else ''}), "
+          f"{torch.neuron.device_count()} visible cores, {properties.total_memory / 2**30:.0f} GiB HBM per core")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype),
                                                  device_map="neuron")

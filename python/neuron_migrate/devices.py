@@ -148,7 +148,9 @@ def device_name(device):
         return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
     module = getattr(torch, kind)
     props = module.get_device_properties(torch.device(device).index or 0)
-    return f"{kind}: {getattr(props, 'name', '?')}, {module.device_count()} visible cores"
+    # On Neuron `.name` is the instance type ("trn2"); the simulator says so beside it.
+    simulated = " (simulated)" if is_simulated(device) else ""
+    return f"{kind}: {getattr(props, 'name', '?')}{simulated}, {module.device_count()} visible cores"
 
 
 class OpTracking:

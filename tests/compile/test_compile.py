@@ -202,6 +202,43 @@ def test_training_forward_and_backward_with_adamw_equals_eager():
         torch.testing.assert_close(a.detach().cpu(), b.detach().cpu(), rtol=1e-4, atol=1e-5)
 
 
+BOXED_WARNING = "doesn't take boxed arguments"
+
+
+@pytest.mark.parametrize("how", ["cached", "fallback_execution", "program_cache_off"])
+def test_a_compiled_training_step_does_not_warn_about_boxed_arguments(how, monkeypatch):
+    """Note [Boxed calls through torch._dynamo.disable]: the backward graph, wrapped in
+    torch._dynamo.disable, keeps _boxed_call; AOTAutograd calls it with one list and does not
+    warn. Each way our backend hands graphs to AOTAutograd: through its cache (cached), and
+    straight (fallback execution on, or the program cache off)."""
+    if how == "program_cache_off":
+        monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "1")
+    if how == "fallback_execution":
+        monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "0")
+    eager_losses, _ = train(mlp(), NEURON, steps=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled_losses, _ = train(mlp(), NEURON, steps=2, compile_it=True)
+    assert [str(w.message) for w in caught if BOXED_WARNING in str(w.message)] == []
+    assert {r.graph_name.split("_")[-2] for r in torch_neuronx.get_dynamo_metrics()} >= {"forward", "backward"}
+    torch.testing.assert_close(compiled_losses, eager_losses, rtol=1e-5, atol=1e-6)
+
+
+def test_program_code_from_an_older_aotautograd_entry_is_called_boxed():
+    """An entry pickled while _boxed_call was a class attribute has none in its state."""
+    import pickle
+    from torch_neuron_sim.compile.backend import NeuronProgramCode
+    code = NeuronProgramCode(key="k", name="g")
+    state = code.__getstate__()
+    del state["_boxed_call"]
+    old = NeuronProgramCode.__new__(NeuronProgramCode)
+    old.__setstate__(state)
+    assert old.__dict__["_boxed_call"] is True
+    assert pickle.loads(pickle.dumps(code)).__dict__["_boxed_call"] is True
+    wrapped = torch._dynamo.disable(code, reason="as AOTAutograd wraps a backward graph")
+    assert wrapped._boxed_call is True
+
+
 def test_autocast_bfloat16_in_a_compiled_graph():
     model = mlp().to(NEURON)
     x = torch.randn(4, 16, device=NEURON)
@@ -307,8 +344,10 @@ def test_preserved_compilation_artifacts(tmp_path):
 # ---- Note [Caching past AOTAutograd]: a warm start skips AOTAutograd's tracing -------------------
 
 WARM_SCRIPT = r"""
-import json, os, torch, torch_neuronx
+import json, os, warnings, torch, torch_neuronx
 from torch._dynamo.utils import counters
+warnings.simplefilter("always")
+caught = warnings.catch_warnings(record=True).__enter__()
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
                             torch.nn.Linear(32, 4)).to("neuron")
@@ -323,7 +362,8 @@ torch.testing.assert_close(inference.cpu(), expected.detach())
 print(json.dumps({"aot": dict(counters["aot_autograd"]),
                   "hits": [r.cache_hit for r in torch_neuronx.get_dynamo_metrics()],
                   "inference": inference.cpu().tolist(), "loss": loss.item(),
-                  "grads": [p.grad.cpu().sum().item() for p in model.parameters()]}))
+                  "grads": [p.grad.cpu().sum().item() for p in model.parameters()],
+                  "boxed_warnings": sum("boxed arguments" in str(w.message) for w in caught)}))
 """
 
 
@@ -348,6 +388,8 @@ def test_a_warm_start_takes_inference_and_training_graphs_from_aotautograds_cach
     warm = warm_run(tmp_path)
     assert warm["aot"].get("autograd_cache_hit", 0) == 2, warm  # no AOTAutograd tracing this time
     assert warm["hits"] and all(warm["hits"]), warm  # three programs (inference, forward, backward) loaded
+    # The backward from AOTAutograd's cache is wrapped in torch._dynamo.disable again; still boxed.
+    assert cold["boxed_warnings"] == warm["boxed_warnings"] == 0
     for field in ("inference", "loss", "grads"):
         assert warm[field] == cold[field], field  # the same programs ran
 

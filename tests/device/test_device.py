@@ -13,8 +13,8 @@ def test_device_registered_and_simulated():
     assert torch.neuron.is_available()
     assert torch.neuron.device_count() == 4  # one trn2 chip, LNC=2
     assert torch_neuronx.is_simulated()
-    assert "(simulated)" in torch.neuron.get_device_name(0)
     props = torch.neuron.get_device_properties(0)
+    assert props.is_simulated and props.name == "trn2"
     assert props.total_memory == 24 * 2**30
     assert props.platform == "trn2" and props.logical_nc_config == 2
 

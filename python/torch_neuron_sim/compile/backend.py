@@ -165,13 +165,19 @@ class NeuronProgramCode(OutputCode):
     nodes: int = 0
     program: Any = dataclasses.field(default=None, repr=False, compare=False)
     fallback_gm: Any = dataclasses.field(default=None, repr=False, compare=False)
+    # Note [Boxed calls through torch._dynamo.disable]: AOTAutograd calls a compiled graph with one
+    # list of arguments, which the graph may clear to free them early, when the callable it holds
+    # has _boxed_call; otherwise it warns ("... doesn't take boxed arguments") and passes them one
+    # by one. The backward graph reaches AOTAutograd wrapped in torch._dynamo.disable, whose
+    # functools.wraps copies the instance's __dict__ onto the wrapper but no class attribute: so
+    # _boxed_call is set on the instance, as Inductor's output code does.
 
-    _boxed_call = True
+    def __post_init__(self):
+        self._boxed_call = True
 
     def __call__(self, *given):
-        # Boxed (one list, which is cleared) as AOTAutograd calls it, or unboxed: the lazily
-        # compiled backward is called through a torch._dynamo.disable wrapper that hides
-        # _boxed_call and passes the arguments one by one.
+        # Boxed (one list, which is cleared) as AOTAutograd calls it; unboxed (the tensors one by
+        # one) as a plain function.
         boxed = len(given) == 1 and isinstance(given[0], list)
         args = given[0] if boxed else list(given)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -192,6 +198,10 @@ class NeuronProgramCode(OutputCode):
         state["program"] = None  # a loaded program belongs to this process
         state["fallback_gm"] = None
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._boxed_call = True  # also for entries saved before it was an instance attribute
 
     def prepare_for_serialization(self):
         if self.fallback_gm is not None:
@@ -237,7 +247,8 @@ class CollectiveGraphCode(OutputCode):
     gm: Any = None
     name: str = ""
 
-    _boxed_call = True
+    def __post_init__(self):
+        self._boxed_call = True  # on the instance: Note [Boxed calls through torch._dynamo.disable]
 
     def __call__(self, *given):
         boxed = len(given) == 1 and isinstance(given[0], list)

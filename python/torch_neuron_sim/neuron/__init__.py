@@ -74,16 +74,23 @@ class _DeviceProperties:
         self.__dict__.update(values)
 
     def __repr__(self):
-        return (f"_NeuronDeviceProperties(name='{self.name}', platform='{self.platform}', "
-                f"total_memory={self.total_memory // 2**20}MB, logical_nc_config={self.logical_nc_config})")
+        return (f"_NeuronDeviceProperties(name='{self.name}', total_memory={self.total_memory // 2**20}MB, "
+                f"logical_nc_config={self.logical_nc_config}, is_simulated={self.is_simulated})")
 
 
 def get_device_properties(device=None):
+    """`.name` is the instance type as AWS's package reports it ("trn1", "trn2", "trn3"; what
+    torchtitan's get_peak_flops matches), `.total_memory` the core's HBM; ours beyond AWS's:
+    `.is_simulated` (True), `.platform`, `.logical_nc_config`, `.chip`, `.global_core_index`."""
     return _DeviceProperties(_C.device_properties(_index(device)))
 
 
 def get_device_name(device=None):
-    return get_device_properties(device).name
+    """"neuron:N", as AWS's package returns it (torchtitan looks for "neuron" in it, then reads
+    get_device_properties().name for the chip)."""
+    index = _index(device)
+    _C.device_properties(index)  # raises for an index that is not a visible core
+    return f"neuron:{index}"
 
 
 def synchronize(device=None):
