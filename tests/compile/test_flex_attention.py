@@ -9,6 +9,8 @@ import torch
 import torch._dynamo
 from torch.nn.attention.flex_attention import AuxRequest, and_masks, create_block_mask, create_mask, flex_attention
 
+import torch_neuronx
+from torch_neuron_sim.compile import backend
 
 B, H, S, D = 2, 4, 256, 32
 TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
@@ -158,9 +160,132 @@ def test_eager_logsumexp_and_max_scores():
 
 def test_flash_backend_is_refused_with_a_clear_error():
     """kernel_options BACKEND="FLASH" selects CUDA's FlashAttention kernels; on neuron it would
-    return a logsumexp in the wrong base (as it does on the CPU), so it is refused."""
+    return a logsumexp in the wrong base (as it does on the CPU), so it is refused, eager and
+    compiled."""
     q, k, v = inputs(torch.float32, H, "neuron")
     with pytest.raises(NotImplementedError, match="'BACKEND': 'FLASH'.*CUDA only.*leave BACKEND out"):
         flex_attention(q, k, v, kernel_options={"BACKEND": "FLASH"})
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="'BACKEND': 'FLASH'.*CUDA only"):
+        torch.compile(flex_attention, backend="neuron")(q, k, v, kernel_options={"BACKEND": "FLASH"})
     out = flex_attention(q, k, v, kernel_options={"BACKEND": "TRITON"})  # other kernels' options: ignored
     assert out.shape == q.shape
+
+
+# ---- compiled -------------------------------------------------------------------------------------
+
+def compiled_programs(monkeypatch):
+    """The programs compiled from now on, as program.describe() gives them."""
+    programs = []
+    original = backend.debug.preserve
+
+    def keep(name, gm, program):
+        programs.append(program.describe())
+        original(name, gm, program)
+    monkeypatch.setattr(backend.debug, "preserve", keep)
+    return programs
+
+
+def assert_compiled_attention(programs):
+    """A forward and a backward program, both made of ATen ops we run: the attention's matmuls
+    and softmax are in them, and nothing fell back to eager."""
+    types = [p["metadata"]["graph_type"] for p in programs]
+    assert types == ["forward", "backward"], types
+    forward, backward = (set(p["ops"]) for p in programs)
+    assert {"aten::bmm", "aten::_safe_softmax", "aten::logsumexp"} <= forward, forward
+    assert {"aten::bmm", "aten::exp"} <= backward, backward
+    assert not any("flex" in op for op in forward | backward)
+    assert torch_neuronx.get_fallback_ops() == []
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", CASES)
+def test_compiled_equals_eager(name, dtype, monkeypatch):
+    score_mod, mask_mod, kv_heads = case(name, "neuron")
+    block_mask = create_block_mask(mask_mod, B, None, S, S, device="neuron")  # sorts on the CPU, as TorchNeuron
+    eager_out, eager_grads = run(flex_attention, *inputs(dtype, kv_heads, "neuron"), score_mod, block_mask, kv_heads)
+    programs = compiled_programs(monkeypatch)
+    torch_neuronx.clear_op_tracking()
+    out, grads = run(torch.compile(flex_attention, backend="neuron"), *inputs(dtype, kv_heads, "neuron"),
+                     score_mod, block_mask, kv_heads)
+    assert_compiled_attention(programs)
+    assert_close(out, eager_out.cpu(), dtype)
+    for got, expected in zip(grads, eager_grads):
+        assert_close(got, expected.cpu(), dtype)
+
+
+class Attention(torch.nn.Module):
+    """A torchtitan-style attention layer: projections, FlexAttention with a block mask made by
+    the compiled create_block_mask, and a learnable per-head relative bias (a score_mod capturing
+    a parameter: its gradient comes out of the attention's backward)."""
+
+    def __init__(self, dim=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False)
+        self.out = torch.nn.Linear(dim, dim, bias=False)
+        self.bias = torch.nn.Parameter(torch.linspace(-0.1, 0.1, heads))
+
+    def forward(self, x, block_mask):
+        batch, length, dim = x.shape
+        q, k, v = self.qkv(x).view(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        bias = self.bias
+
+        def relative_bias(score, b, h, q_idx, kv_idx):
+            return score + bias[h] * (q_idx - kv_idx) / length
+        y = flex_attention(q, k, v, score_mod=relative_bias, block_mask=block_mask)
+        return self.out(y.transpose(1, 2).reshape(batch, length, dim))
+
+
+def train(model, x, block_mask, step, steps=2):
+    losses = []
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        loss = step(model, x, block_mask).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.detach().cpu())
+    return torch.stack(losses), [p.detach().cpu() for p in model.parameters()]
+
+
+def test_a_compiled_module_trains_as_eager(monkeypatch):
+    torch.manual_seed(0)
+    reference = Attention()
+    x = torch.randn(B, S, 64).to("neuron")
+    doc_ids = document_ids(packed_positions()).to("neuron")
+    # torchtitan compiles create_block_mask with the default backend: neuron is selected for it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        block_mask = torch.compile(create_block_mask)(document_causal(doc_ids), B, None, S, S, device="neuron")
+    eager_model = Attention().to("neuron")
+    eager_model.load_state_dict(reference.state_dict())
+    eager = train(eager_model, x, block_mask, lambda m, *a: m(*a))
+    programs = compiled_programs(monkeypatch)
+    compiled_model = Attention().to("neuron")
+    compiled_model.load_state_dict(reference.state_dict())
+    compiled = train(compiled_model, x, block_mask, torch.compile(lambda m, *a: m(*a), backend="neuron"))
+    assert [p["metadata"]["graph_type"] for p in programs] == ["forward", "backward"]
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-6)
+    for got, expected in zip(compiled[1], eager[1]):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert not torch.equal(compiled[1][2], reference.bias.detach())  # the bias learned
+
+
+def test_compiled_inference_as_torchtitan_compiles_it(monkeypatch):
+    """torchtitan compiles flex_attention with Inductor's options and no backend: on neuron tensors
+    the neuron backend is selected (one inference program here, under no_grad) and returns the
+    logsumexp eager returns."""
+    score_mod, mask_mod, _ = case("alibi", "neuron")
+    q, k, v = (t.detach() for t in inputs(torch.float32, H, "neuron"))
+    block_mask = create_block_mask(mask_mod, B, None, S, S, device="neuron")
+    with torch.no_grad():
+        eager_out, eager_aux = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                                              return_aux=AuxRequest(lse=True))
+        programs = compiled_programs(monkeypatch)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the backend's selection and options warn once
+            compiled = torch.compile(flex_attention, options={"max_autotune": True, "coordinate_descent_tuning": True})
+            out, aux = compiled(q, k, v, score_mod=score_mod, block_mask=block_mask, return_aux=AuxRequest(lse=True))
+    assert [p["metadata"]["graph_type"] for p in programs] == ["inference"]
+    torch.testing.assert_close(out.cpu(), eager_out.cpu(), **TOLERANCE[torch.float32])
+    torch.testing.assert_close(aux.lse.cpu(), eager_aux.lse.cpu(), **TOLERANCE[torch.float32])
