@@ -1,4 +1,4 @@
-"""The three patches of torch internals (Note [Patches of torch internals],
+"""The four patches of torch internals (Note [Patches of torch internals],
 compile/torch_patches.py): each test checks the internals a patch relies on and that torch
 still reaches the patched code, so a torch upgrade that moves them fails here, by name."""
 import inspect
@@ -83,3 +83,20 @@ def test_aotautograds_cache_asks_the_patched_key_function(monkeypatch, tmp_path)
     assert len(keys) == 1 and keys[0].startswith("aneuron"), keys
     entries = tmp_path / "inductor_cache" / "aotautograd"  # conftest.fresh_dynamo's folder
     assert sorted(entry.name for entry in entries.iterdir()) == keys
+
+
+def test_flex_attention_validates_the_device_through_the_patched_function():
+    """Patch 4: flex_attention looks _validate_device up by its global name and finds our wrapper,
+    which accepts neuron tensors; torch's own check, which the wrapper gives every other device,
+    still refuses neuron (once it accepts PrivateUse1 devices, the patch can go)."""
+    from torch.nn.attention import flex_attention as module
+    validate = module._validate_device
+    assert getattr(validate, "_neuron_accepts", False)
+    assert "_validate_device" in module.flex_attention.__code__.co_names
+    on_neuron = torch.ones(1, 1, 16, 16, device="neuron", requires_grad=True)
+    with pytest.raises(ValueError, match="FlexAttention is only supported on"):
+        validate._wrapped(on_neuron, on_neuron, on_neuron)
+    validate(on_neuron, on_neuron, on_neuron)
+    on_cpu = torch.ones(1, 1, 16, 16, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="does not support backward on CPU"):
+        validate(on_cpu, on_cpu, on_cpu)

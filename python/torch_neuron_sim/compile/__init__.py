@@ -2,12 +2,13 @@
 
 Loaded lazily: the compiler imports Dynamo, AOTAutograd and Inductor's output code (about 1.8 s
 on these machines), and `import torch` loads this package through the device entry point. So
-at start-up only two light things happen: the program cache's artifact type is registered (for
+at start-up only light things happen: the program cache's artifact type is registered (for
 torch.compiler.load_cache_artifacts() in a fresh process), and the backend "neuron" (the light
 `neuron_backend` below, which loads the compiler on its first graph) is registered with Dynamo
 as Dynamo's backend registry loads, before anyone can look it up, so that it is registered
 exactly once whichever threads compile first (patch 1 of Note [Patches of torch internals],
-torch_patches.py)."""
+torch_patches.py); and flex_attention runs on neuron tensors (patch 4 there and the HOP's
+kernel for our key, a few ms: Note [FlexAttention on neuron], flex_attention.py)."""
 import threading
 
 from . import cache  # noqa: F401  (registers the "neuron_neff" artifact type; light)
@@ -48,3 +49,6 @@ def register():
     _registered = True
     torch_patches.register_as_dynamo_loads(_register_with)
     torch_patches.select_neuron_for_neuron_tensors(neuron_backend)
+    torch_patches.accept_neuron_in_flex_attention()
+    from . import flex_attention
+    flex_attention.register()

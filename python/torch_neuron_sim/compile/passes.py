@@ -1,5 +1,7 @@
 """FX passes of torch.compile(backend="neuron"), run on the ATen graph AOTAutograd made:
 
+- inline_flex_attention (flex_attention.py): FlexAttention's higher-order operators become
+  the ATen ops of their dense implementations (Note [FlexAttention on neuron]).
 - narrow_64bit: Note [64-bit as 32-bit], the same rule eager kernels follow (asked of
   csrc/Dtype64.h through _C.narrowing_rule): a node that computes on float64 / int64 values
   gets 32-bit copies of them, and its 32-bit results are widened back, so compiled code gives
@@ -25,6 +27,7 @@ import torch
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from .. import _C
+from . import flex_attention
 
 aten = torch.ops.aten
 _WIDE = {torch.float64: torch.float32, torch.int64: torch.int32}
@@ -495,7 +498,9 @@ def eliminate_dead_code(gm):
 
 def run_passes(gm, on_device_ops):
     """All passes in order; returns counts for the compile record."""
-    stats = {"histc": integer_histc(gm), "seeded": seeded_ops_take_a_generator(gm)}
+    stats = {"flex_attention": flex_attention.inline_flex_attention(gm)}
+    stats["histc"] = integer_histc(gm)
+    stats["seeded"] = seeded_ops_take_a_generator(gm)
     stats["narrowed_64bit"] = narrow_64bit(gm, on_device_ops)
     stats["reinplaced"] = reinplace_input_updates(gm)  # before folding: it propagates fake values again
     stats["folded"] = fold_constants(gm)

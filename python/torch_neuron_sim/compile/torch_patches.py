@@ -1,5 +1,5 @@
 """Note [Patches of torch internals]
-The backend needs three things torch has no public hook for. Each is patched here and only
+The backend needs four things torch has no public hook for. Each is patched here and only
 here, each relies on named internals of torch, and each has tests that fail when a torch
 release moves those internals (tests/compile/test_compile_torch_patches.py checks the internals
 themselves; the end-to-end tests named below check what the patch is for). Upgrading torch:
@@ -43,6 +43,20 @@ run those tests first.
    Tests: test_compile_torch_patches.py::test_aotautograds_cache_asks_the_patched_key_function;
    tests/compile/test_compile.py::test_a_warm_start_takes_inference_and_training_graphs_from_aotautograds_cache
    (its entries are named by our key: "aneuron...").
+
+4. accept_neuron_in_flex_attention(): wraps torch.nn.attention.flex_attention._validate_device
+   so that query/key/value on the neuron device pass it (forward and backward); any other
+   device gets torch's own check unchanged.
+   Why: PyTorch 2.13's flex_attention refuses every device outside a hard-coded list ("cuda",
+   "cpu", "xpu", "hpu", "mps"; its docstring: "TODO: Remove once non cuda/cpu devices support
+   is added"), though what runs it is device-agnostic (Note [FlexAttention on neuron],
+   compile/flex_attention.py); PyTorch's reviewers agreed PrivateUse1 should pass
+   (pytorch/pytorch#148656). Eager calls and Dynamo's tracing of flex_attention both look the
+   function up through the module's globals at call time, so both see the wrapper.
+   Relies on: the module's _validate_device(query, key, value), called by flex_attention
+   through its global name.
+   Tests: test_compile_torch_patches.py::test_flex_attention_validates_the_device_through_the_patched_function;
+   tests/compile/test_flex_attention.py (eager and compiled on neuron).
 
 Import cost: this module is loaded with the package at `import torch` (the device entry
 point), so it imports nothing of Dynamo, AOTAutograd or Inductor at module level."""
@@ -138,3 +152,23 @@ def aot_autograd_cache_key(key_function):
     import unittest.mock
     from torch._functorch._aot_autograd import autograd_cache
     return unittest.mock.patch.object(autograd_cache, "autograd_cache_key", key_function)
+
+
+# ---- 4. FlexAttention's device list -------------------------------------------------------------
+
+def accept_neuron_in_flex_attention(device_type="neuron"):
+    """Patch 4 of Note [Patches of torch internals]: flex_attention accepts tensors on
+    `device_type`. Idempotent. Imports torch.nn.attention.flex_attention (a few ms, no Dynamo)."""
+    from torch.nn.attention import flex_attention as module
+    validate = module._validate_device
+    if getattr(validate, "_neuron_accepts", False):
+        return
+
+    def _validate_device(query, key, value):
+        if query.device.type == device_type:
+            return  # q, k and v are on one device (checked before); forward and backward run here
+        return validate(query, key, value)
+
+    _validate_device._neuron_accepts = True
+    _validate_device._wrapped = validate
+    module._validate_device = _validate_device
