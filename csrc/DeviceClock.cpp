@@ -162,13 +162,19 @@ void tensors_of(const Launch& launch, const OpClass& op, Tensors& t) {
   for (const c10::IValue& value : given.arguments) each_tensor(value, t.inputs);
   for (const at::Tensor& p : given.outputs) add(t.outputs, p);
   for (const c10::IValue& value : given.results) each_tensor(value, t.outputs);
-  if (op.out_variant && !t.outputs.empty()) {  // out= operands are written, not read
-    auto written = [&](const at::Tensor* input) {
-      return std::any_of(t.outputs.begin(), t.outputs.end(), [&](const at::Tensor* out) {
-        return out->defined() && input->defined() && out->unsafeGetTensorImpl() == input->unsafeGetTensorImpl();
-      });
-    };
-    t.inputs.erase(std::remove_if(t.inputs.begin(), t.inputs.end(), written), t.inputs.end());
+  if (op.out_variant && !t.outputs.empty()) {
+    // The out= operands are written, not read: each output drops its one occurrence among the
+    // arguments (the last: out= comes after the inputs in the schema), and no other. An in-place
+    // op run as add.out(x, y, out=x) still reads x.
+    for (const at::Tensor* out : t.outputs) {
+      if (!out->defined()) continue;
+      for (size_t i = t.inputs.size(); i-- > 0;) {
+        if (t.inputs[i]->defined() && t.inputs[i]->unsafeGetTensorImpl() == out->unsafeGetTensorImpl()) {
+          t.inputs.erase(t.inputs.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
+      }
+    }
   }
   if (t.outputs.empty() && op.in_place && !t.inputs.empty()) t.outputs.push_back(t.inputs.front());
 }

@@ -286,3 +286,23 @@ def test_device_counters_of_a_compiled_program_hold_its_steps_flops():
 def test_device_counters_refuse_a_device_that_does_not_exist():
     with pytest.raises(IndexError, match="out of range: valid indices"):
         torch_neuronx.device_counters(torch.neuron.device_count() + 5)
+
+
+@pytest.mark.parametrize("blocking", ["1", "0"])
+def test_in_place_ops_read_and_write_self_on_every_launch_path(blocking):
+    """Review 25 finding 4: x.add_(y) run as add.out(x, y, out=x) (asynchronous mode) lost the
+    read of x; every launch path counts reads of x and y and the write of x."""
+    code = textwrap.dedent("""
+        import torch, torch_neuronx
+        x = torch.randn(256, 512, device="neuron"); y = torch.randn(256, 512, device="neuron")
+        torch.neuron.synchronize()
+        counts = []
+        for op in (lambda: x.add_(y), lambda: x.mul_(y), lambda: x.sub_(1), lambda: x.exp_()):
+            start = torch_neuronx.device_counters(); op(); torch.neuron.synchronize()
+            counts.append((torch_neuronx.device_counters() - start).hbm_bytes)
+        print(counts)
+    """)
+    done = run_python(code, env={"NEURON_LAUNCH_BLOCKING": blocking})
+    assert done.returncode == 0, done.stderr
+    size = 256 * 512 * 4
+    assert done.stdout.strip() == str([3 * size, 3 * size, 2 * size, 2 * size])
