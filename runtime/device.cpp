@@ -104,7 +104,7 @@ Runtime::Runtime() : topology_(Topology::from_environment()) {
   }
 }
 
-void Runtime::check_device(int device) const {
+void Runtime::check_device(int64_t device) const {
   if (device >= 0 && device < device_count()) return;
   const char* visible = std::getenv("NEURON_RT_VISIBLE_CORES");
   std::string hint = device_count() == 0 ? std::string("no neuron device is visible")

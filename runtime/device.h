@@ -53,7 +53,7 @@ class Runtime {
   bool memory_guard() const { return memory_guard_; }
 
   // Throws Error(kInvalidDevice) naming the valid range and NEURON_RT_VISIBLE_CORES.
-  void check_device(int device) const;
+  void check_device(int64_t device) const;
   DeviceMemory& memory(int device);
   // Stream `id` (0 = default, 1..kStreamPoolSize = pool, then the communication streams) of
   // `device`.

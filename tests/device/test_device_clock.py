@@ -348,3 +348,22 @@ def test_elapsed_time_between_events_of_two_devices_raises():
     with pytest.raises(RuntimeError, match="same device.*neuron:0 and the end event on neuron:1"):
         start.elapsed_time(end)
 
+
+@pytest.mark.parametrize("index", [256, 257, -2, -5, 1 << 40])
+def test_device_time_and_counters_refuse_a_bad_index_instead_of_answering_for_another_device(index):
+    with pytest.raises(IndexError, match=f"neuron device index {index} is out of range"):
+        torch_neuronx.device_time(index)
+    with pytest.raises(IndexError, match=f"neuron device index {index} is out of range"):
+        torch_neuronx.device_counters(index)
+
+
+def test_device_counters_name_their_device_and_refuse_to_subtract_two_devices():
+    if torch.neuron.device_count() < 2:
+        pytest.skip("needs two neuron devices")
+    current = torch_neuronx.device_counters()
+    assert current.device == torch.neuron.current_device()
+    first, second = torch_neuronx.device_counters(0), torch_neuronx.device_counters(1)
+    assert (first.device, second.device) == (0, 1)
+    assert (first - torch_neuronx.device_counters(0)).device == 0
+    with pytest.raises(ValueError, match="different devices"):
+        first - second
