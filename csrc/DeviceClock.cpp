@@ -454,21 +454,28 @@ void start_device_clock(const std::string& path) {
 
 bool device_clock_on() { return clock().on; }
 
-std::pair<uint64_t, uint64_t> device_work(c10::DeviceIndex device) {
-  TORCH_CHECK(device_clock_on(), "the device clock is off (NEURON_SIM_DEVICE_CLOCK=0); unset it to count device work");
+namespace {
+// -1: the current device; any other index must be a visible device's (IndexError otherwise).
+int clock_device(int64_t device) {
   auto& rt = runtime();
-  if (device < 0) device = c10::DeviceIndex(rt.current_device());
+  if (device == -1) return rt.current_device();
   NEURON_RT_CALL(rt.check_device(device));
+  return int(device);
+}
+}  // namespace
+
+std::pair<uint64_t, uint64_t> device_work(int64_t index) {
+  TORCH_CHECK(device_clock_on(), "the device clock is off (NEURON_SIM_DEVICE_CLOCK=0); unset it to count device work");
+  const int device = clock_device(index);
   if (device >= kCountedDevices) return {0, 0};
   const DeviceWorkCounters& counters = work_counters()[device];
   return {counters.flops.load(std::memory_order_relaxed), counters.hbm_bytes.load(std::memory_order_relaxed)};
 }
 
-uint64_t device_time_ns(c10::DeviceIndex device) {
+uint64_t device_time_ns(int64_t index) {
   TORCH_CHECK(device_clock_on(), "the device clock is off (NEURON_SIM_DEVICE_CLOCK=0); unset it to predict device time");
-  auto& rt = runtime();
-  if (device < 0) device = c10::DeviceIndex(rt.current_device());
-  return NEURON_RT_CALL(rt.device_time_ns(device));
+  const int device = clock_device(index);
+  return NEURON_RT_CALL(runtime().device_time_ns(device));
 }
 
 }  // namespace torch_neuron

@@ -40,11 +40,13 @@ namespace torch_neuron {
 // for the runtime's platform (so importing makes no runtime).
 void start_device_clock(const std::string& path);
 bool device_clock_on();
+// `device`, in the two functions below: -1 for the current device, else a visible device's
+// index (any other value raises IndexError, before any narrowing to c10::DeviceIndex).
 // The predicted device time of `device`, in nanoseconds (the latest end of its streams).
-uint64_t device_time_ns(c10::DeviceIndex device);
+uint64_t device_time_ns(int64_t device);
 // The work `device` has done so far on the clock: (matmul FLOPs, HBM bytes read and written),
 // for MFU and MBU (torch_neuronx.device_counters()). Devices past the 1024th count nothing.
-std::pair<uint64_t, uint64_t> device_work(c10::DeviceIndex device);
+std::pair<uint64_t, uint64_t> device_work(int64_t device);
 
 // What the clock makes of one launch: its parts (one for most ops; an attention is two
 // matmuls and a softmax) and their cost. For tests and the profiler's device track (DeviceTrack.h).

@@ -179,8 +179,8 @@ PYBIND11_MODULE(_C, m) {
   // Note [Device clock] (DeviceClock.h).
   m.def("_start_device_clock", &start_device_clock, py::arg("platform_file"));
   m.def("_device_clock_on", &device_clock_on);
-  m.def("_device_time_ns", [](int device) { return device_time_ns(c10::DeviceIndex(device)); }, py::arg("device") = -1);
-  m.def("_device_work", [](int device) { return device_work(c10::DeviceIndex(device)); }, py::arg("device") = -1);
+  m.def("_device_time_ns", [](int64_t device) { return device_time_ns(device); }, py::arg("device") = -1);
+  m.def("_device_work", [](int64_t device) { return device_work(device); }, py::arg("device") = -1);
   bind_dry_run(m);
   bind_device_track(m);
   m.def("_is_in_bad_fork", [] { return neuron_rt::Runtime::in_bad_fork(); });

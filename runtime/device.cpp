@@ -92,8 +92,9 @@ Runtime::Runtime() : topology_(Topology::from_environment()) {
     auto state = std::make_unique<DeviceState>();
     std::vector<Stream*> streams;
     auto failure = std::make_shared<FailureState>();  // Note [Sticky stream errors]: per device
+    auto frontier = std::make_shared<IssueFrontier>();  // timeline.h: per device
     for (int id = 0; id < kStreamCount; ++id) {
-      state->streams.push_back(std::make_unique<Stream>(int(index), id, launch_blocking_, failure));
+      state->streams.push_back(std::make_unique<Stream>(int(index), id, launch_blocking_, failure, frontier));
       state->streams.back()->set_idle_poll(idle_poll);
       streams.push_back(state->streams.back().get());
     }
@@ -103,7 +104,7 @@ Runtime::Runtime() : topology_(Topology::from_environment()) {
   }
 }
 
-void Runtime::check_device(int device) const {
+void Runtime::check_device(int64_t device) const {
   if (device >= 0 && device < device_count()) return;
   const char* visible = std::getenv("NEURON_RT_VISIBLE_CORES");
   std::string hint = device_count() == 0 ? std::string("no neuron device is visible")
@@ -168,6 +169,8 @@ void Runtime::synchronize(int device, bool communication) {
       } catch (const Error&) {
         if (!first_failure) first_failure = std::current_exception();
       }
+      // The host waited for this work: whatever it issues next starts after it (timeline.h).
+      stream->timeline().frontier().advance_to(stream->timeline().now_ns());
     }
   }
   if (first_failure) std::rethrow_exception(first_failure);

@@ -53,7 +53,7 @@ class Runtime {
   bool memory_guard() const { return memory_guard_; }
 
   // Throws Error(kInvalidDevice) naming the valid range and NEURON_RT_VISIBLE_CORES.
-  void check_device(int device) const;
+  void check_device(int64_t device) const;
   DeviceMemory& memory(int device);
   // Stream `id` (0 = default, 1..kStreamPoolSize = pool, then the communication streams) of
   // `device`.
@@ -75,7 +75,8 @@ class Runtime {
   // Waits for every stream of `device` (all devices when -1). Every stream is drained,
   // also after one of them has failed; then the first failure is thrown.
   // Without `communication`, the communication streams are not waited for (their tasks wait
-  // for peers: a generator's drain must not wait for another rank).
+  // for peers: a generator's drain must not wait for another rank). Work issued afterwards
+  // starts on the device timeline no earlier than the waited streams' end (timeline.h).
   void synchronize(int device = -1, bool communication = true);
   // The predicted device time of `device` (Note [Device clock] in cost_model.h): the latest
   // end among its streams' timelines, in nanoseconds. Never blocks.

@@ -16,7 +16,7 @@ void Event::record(Stream& stream) {
     version = ++state_->recorded_version;
     state_->device = stream.device();
     state_->stream = &stream;
-    state_->device_ns = stream.timeline().now_ns();
+    state_->device_ns = stream.timeline().issue_ns();
   }
   auto state = state_;
   stream.enqueue_marker([state, version](const std::string* failure) {
@@ -123,6 +123,14 @@ uint64_t Event::device_time_ns() const {
 
 double Event::device_elapsed_ms(const Event& end) const {
   check_timed(end);
+  // Each device has its own clock (timeline.h): times of two devices are not comparable.
+  const int start_device = device(), end_device = end.device();
+  if (start_device != end_device) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "elapsed time needs both events recorded on the same device, but the start event is on neuron:" +
+                    std::to_string(start_device) + " and the end event on neuron:" + std::to_string(end_device) +
+                    "; time each device with its own pair of events");
+  }
   return (double(end.device_time_ns()) - double(device_time_ns())) / 1e6;
 }
 

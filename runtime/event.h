@@ -4,8 +4,9 @@
 // record() starts a new version; query(), synchronize() and wait() refer to the latest
 // version recorded. An event never recorded counts as done. Timing is always on, in two
 // clocks: the host's steady clock at the time the stream reaches the marker (elapsed_ms), and
-// the stream's predicted device time when the record is issued (device_elapsed_ms; Note
-// [Device clock] in cost_model.h). wait() also orders the device timelines: the waiting
+// the stream's predicted device time when the record is issued (device_elapsed_ms: the
+// earliest start of work issued next on the stream, Timeline::issue_ns; Note [Device clock]
+// in cost_model.h). wait() also orders the device timelines: the waiting
 // stream's later work starts no earlier than the event's device time.
 //
 // Failure: an event recorded on a failed stream (Note [Sticky stream errors] in stream.h)
@@ -43,7 +44,8 @@ class Event {
   bool wait_for(std::chrono::milliseconds timeout) const;
   // Milliseconds from this event to `end`; both must be recorded and done.
   double elapsed_ms(const Event& end) const;
-  // The same on the predicted device clock: the device time between the two records.
+  // The same on the predicted device clock: the device time between the two records, which
+  // must be on the same device (Error(kInvalidArgument) otherwise, as cudaEventElapsedTime).
   double device_elapsed_ms(const Event& end) const;
   // The device time of the latest record (0 when never recorded), in nanoseconds.
   uint64_t device_time_ns() const;

@@ -30,11 +30,13 @@ std::string describe(const std::exception_ptr& error) {
 }
 }  // namespace
 
-Stream::Stream(int device, int id, bool launch_blocking, std::shared_ptr<FailureState> device_failure)
+Stream::Stream(int device, int id, bool launch_blocking, std::shared_ptr<FailureState> device_failure,
+               std::shared_ptr<IssueFrontier> device_frontier)
     : device_(device),
       id_(id),
       launch_blocking_(launch_blocking),
-      failure_state_(device_failure ? std::move(device_failure) : std::make_shared<FailureState>()) {}
+      failure_state_(device_failure ? std::move(device_failure) : std::make_shared<FailureState>()),
+      timeline_(std::move(device_frontier)) {}
 
 Stream::~Stream() {
   {

@@ -64,9 +64,10 @@ class Stream {
   // cross-stream waits.
   using Marker = std::function<void(const std::string* failure)>;
 
-  // `device_failure`: the state shared with the device's other streams (a state of its own
-  // when null).
-  Stream(int device, int id, bool launch_blocking, std::shared_ptr<FailureState> device_failure = nullptr);
+  // `device_failure`, `device_frontier`: the failure state and the issue frontier (timeline.h)
+  // shared with the device's other streams (ones of its own when null).
+  Stream(int device, int id, bool launch_blocking, std::shared_ptr<FailureState> device_failure = nullptr,
+         std::shared_ptr<IssueFrontier> device_frontier = nullptr);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;

@@ -263,6 +263,10 @@ c10::intrusive_ptr<c10d::Work> CollectiveCall::issued(const c10::intrusive_ptr<N
   // for it): on the device timeline too, as ProcessGroupNCCL's stream waits for the current one.
   stream.timeline().wait_until(current_stream(device()).timeline().now_ns());
   note_collective_launch(&stream);
+  // Its end on the device timeline: the launch was just appended to this stream's timeline.
+  // wait() and synchronize() order the current stream after it; the future's events are
+  // recorded on this stream below, after it, so waiting on the future orders it too.
+  work->set_device_end(device(), stream.timeline().now_ns());
   NEURON_RT_CALL(stream.enqueue([signal = work->signal(), until] {
     std::unique_lock<std::mutex> lock(signal->mutex);
     signal->done_cv.wait_until(lock, until, [&] { return signal->done; });

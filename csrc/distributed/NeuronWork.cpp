@@ -11,6 +11,7 @@
 #include <optional>
 #include <utility>
 
+#include "../Launch.h"
 #include "CompletionThreads.h"
 
 namespace torch_neuron {
@@ -93,9 +94,16 @@ bool NeuronWork::wait(Milliseconds timeout) {
       time_out(explicit_timeout, timeout);
     }
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (exception_) std::rethrow_exception(exception_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (exception_) std::rethrow_exception(exception_);
+  }
+  order_current_stream();  // a stream wait as well, as WorkNCCL::wait()
   return true;
+}
+
+void NeuronWork::order_current_stream() const {
+  if (device_ >= 0) current_stream(device_).timeline().wait_until(device_end_ns_);
 }
 
 void NeuronWork::abort() {

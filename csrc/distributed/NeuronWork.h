@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -89,13 +90,24 @@ class NeuronWork final : public c10d::Work {
   // The last strong reference went; weak ones (the group's list of pending works, for
   // abort()) keep the object, not what it holds: the tensors are released now.
   void release_resources() override;
-  void synchronize() override {}  // the results are in device memory once completed
+  // Note [Device clock]: the collective's end on its communication stream's timeline, noted
+  // when it is issued on `device` (none for point-to-point works, which are placed on the
+  // current stream itself).
+  void set_device_end(c10::DeviceIndex device, uint64_t end_ns) {
+    device_ = device;
+    device_end_ns_ = end_ns;
+  }
+  // The results are in device memory once completed; as WorkNCCL's, it makes the calling
+  // thread's current stream wait for the collective's end on the device timeline (as wait() does).
+  void synchronize() override { order_current_stream(); }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   int sourceRank() const override { return transport_work_ ? transport_work_->sourceRank() : -1; }
 
  private:
   void time_out(bool explicit_timeout, Milliseconds timeout);
+  // Later work of the current stream of the collective's device starts after its device end.
+  void order_current_stream() const;
   // Completes the Work once; the first caller wins. A point-to-point Work's future completes
   // with it, on a completion thread (Note [Completions at exit]); the others' at issue.
   void complete(std::exception_ptr error);
@@ -111,6 +123,8 @@ class NeuronWork final : public c10d::Work {
   bool transport_future_ = true;  // false: point-to-point (watched; not ordered on the stream)
   const std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
   std::atomic<bool> done_{false};
+  c10::DeviceIndex device_ = -1;  // set at issue, before the Work is handed out
+  uint64_t device_end_ns_ = 0;
 };
 
 }  // namespace torch_neuron

@@ -51,16 +51,20 @@ def neff_cache_dir():
     return cache.directory()
 
 
-class DeviceCounters(collections.namedtuple("DeviceCounters", "time_ms flops hbm_bytes platform logical_nc_config")):
+class DeviceCounters(collections.namedtuple("DeviceCounters",
+                                             "time_ms flops hbm_bytes platform logical_nc_config device")):
     """A reading of one device's predicted clock: its time (ms), the matmul FLOPs and HBM bytes of
-    the work issued so far, and its platform. `later - earlier` is the work between the two
-    readings; its `mfu` and `mbu` are the achieved FLOP/s and HBM bytes/s against one logical
-    core's peaks (BF16 TensorE rate, HBM bandwidth), as the Neuron profiler and torchtitan
-    report them."""
+    the work issued so far, its platform and its index. `later - earlier` is the work between the
+    two readings of one device (ValueError for two devices: each has its own clock); its `mfu`
+    and `mbu` are the achieved FLOP/s and HBM bytes/s against one logical core's peaks (BF16
+    TensorE rate, HBM bandwidth), as the Neuron profiler and torchtitan report them."""
 
     def __sub__(self, other):
+        if self.device != other.device:
+            raise ValueError(f"these readings are of different devices (neuron:{self.device} and "
+                             f"neuron:{other.device}); subtract readings of one device")
         if (self.platform, self.logical_nc_config) != (other.platform, other.logical_nc_config):
-            raise ValueError("these readings are of different devices or platforms")
+            raise ValueError("these readings are of different platforms")
         return self._replace(time_ms=self.time_ms - other.time_ms, flops=self.flops - other.flops,
                              hbm_bytes=self.hbm_bytes - other.hbm_bytes)
 
@@ -81,10 +85,11 @@ def device_counters(device=None):
     DeviceCounters. `torch_neuronx.device_counters() - start` gives the time, FLOPs, bytes, MFU and
     MBU of the work issued since `start`. Raises RuntimeError when the clock is off."""
     index = _device_index(device)
-    flops, hbm_bytes = _sim._C._device_work(index)
-    properties = torch.neuron.get_device_properties(index if index >= 0 else torch.neuron.current_device())
+    flops, hbm_bytes = _sim._C._device_work(index)  # validates the index
+    index = index if index != -1 else torch.neuron.current_device()
+    properties = torch.neuron.get_device_properties(index)
     return DeviceCounters(_sim._C._device_time_ns(index) / 1e6, flops, hbm_bytes, properties.platform,
-                          properties.logical_nc_config)
+                          properties.logical_nc_config, index)
 
 
 def _device_index(device):

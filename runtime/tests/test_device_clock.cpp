@@ -189,3 +189,37 @@ TEST(Timeline, StreamsAppendInIssueOrderAndEventWaitsOrderThem) {
   never.wait(a);  // an event never recorded is done at time 0
   EXPECT_EQ(a.timeline().now_ns(), 150u);
 }
+
+TEST(Timeline, StreamsOfOneDeviceStartNoEarlierThanWorkIssuedBefore) {
+  auto frontier = std::make_shared<IssueFrontier>();
+  Stream a(0, 0, /*launch_blocking=*/true, nullptr, frontier), b(0, 1, true, nullptr, frontier);
+  a.timeline().append(100);
+  EXPECT_EQ(b.timeline().append(10).start_ns, 0u);  // issued beside a's first launch: overlaps it
+  a.timeline().append(50);                           // starts at 100: the frontier
+  EXPECT_EQ(frontier->now_ns(), 100u);
+  Event start;
+  start.record(b);  // b is idle: the event is at the frontier, not at b's old end (10)
+  EXPECT_EQ(start.device_time_ns(), 100u);
+  const TimelineSpan late = b.timeline().append(5);  // issued after a's second launch
+  EXPECT_EQ(late.start_ns, 100u);
+  Event end;
+  end.record(b);
+  EXPECT_DOUBLE_EQ(start.device_elapsed_ms(end), 5 / 1e6);
+  EXPECT_EQ(a.timeline().now_ns(), 150u);  // a keeps its own order
+  frontier->advance_to(40);                // earlier times change nothing
+  EXPECT_EQ(frontier->now_ns(), 100u);
+}
+
+TEST(Event, DeviceElapsedTimeRefusesEventsOfTwoDevices) {
+  Stream a(0, 0, /*launch_blocking=*/true), b(1, 0, true);
+  Event start, end;
+  start.record(a);
+  end.record(b);
+  try {
+    start.device_elapsed_ms(end);
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(error.what()).find("neuron:0 and the end event on neuron:1"), std::string::npos);
+  }
+}

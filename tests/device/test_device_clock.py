@@ -153,13 +153,13 @@ TWO_STREAMS = textwrap.dedent("""
     with torch.neuron.stream(s1):
         a @ a.T                                   # long, on s1
     done1 = s1.record_event(torch.neuron.Event(enable_timing=True))
+    with torch.neuron.stream(s3):
+        x + x                                     # no wait: beside s1 (issued before s2's add)
+    end3 = s3.record_event(torch.neuron.Event(enable_timing=True))
     s2.wait_event(done1)
     with torch.neuron.stream(s2):
         x + x                                     # after s1's matmul
     end2 = s2.record_event(torch.neuron.Event(enable_timing=True))
-    with torch.neuron.stream(s3):
-        x + x                                     # no wait: beside s1
-    end3 = s3.record_event(torch.neuron.Event(enable_timing=True))
     torch.neuron.synchronize()
     print(json.dumps({"s1": start.elapsed_time(done1), "s2": start.elapsed_time(end2),
                       "s3": start.elapsed_time(end3), "device": torch_neuronx.device_time() * 1e6}))
@@ -176,9 +176,9 @@ def test_an_event_wait_orders_two_streams_timelines(blocking):
     add = hand.vector(256 * 256, "vector_lanes_other", 3 * 256 * 256 * 4)
     assert t["s1"] == pytest.approx(matmul / 1e6, abs=1e-9)
     assert t["s2"] == pytest.approx((matmul + add) / 1e6, abs=1e-9)  # waited for s1
-    # s3 started from its own (empty) timeline: its add ends long before s1's matmul
-    s3_start = t["s3"] - add / 1e6
-    assert s3_start < t["s1"]
+    # s3 waited for nothing: its add starts with s1's matmul (the device's issue frontier, not
+    # s3's own old end) and ends long before it
+    assert t["s3"] == pytest.approx(add / 1e6, abs=1e-9)
     assert round(t["device"]) >= matmul + add  # the device's time: the latest stream's
 
 
@@ -306,3 +306,84 @@ def test_in_place_ops_read_and_write_self_on_every_launch_path(blocking):
     assert done.returncode == 0, done.stderr
     size = 256 * 512 * 4
     assert done.stdout.strip() == str([3 * size, 3 * size, 2 * size, 2 * size])
+
+
+def test_work_issued_later_on_another_stream_never_starts_earlier():
+    """The device's issue frontier (runtime/timeline.h): streams share one time origin."""
+    x = torch.randn(256, 256, device="neuron")
+    side = torch.neuron.Stream()
+    torch.neuron.synchronize()
+    for _ in range(10):
+        x @ x                                     # default stream
+    start = torch.neuron.Event(enable_timing=True)
+    start.record()                                # default stream, after the ten matmuls
+    with torch.neuron.stream(side):               # an idle stream: its own timeline is far behind
+        x @ x
+        end = torch.neuron.Event(enable_timing=True)
+        end.record()
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0
+    # The profiler's device track: the side stream's matmul is not drawn before the default
+    # stream's ten, which were issued before it.
+    C = torch_neuronx._sim._C
+    C._device_track_start()
+    for _ in range(10):
+        x @ x
+    with torch.neuron.stream(side):
+        x @ x
+    torch.neuron.synchronize()
+    spans, _ = C._device_track_stop()
+    assert [(span[1], span[4]) for span in spans] == [(0, "aten::mm")] * 10 + [(side.stream_id, "aten::mm")]
+    starts = [span[2] for span in spans]
+    assert starts == sorted(starts)
+
+
+def test_after_a_host_synchronize_nothing_starts_before_the_synchronized_time():
+    x = torch.randn(256, 256, device="neuron")
+    side = torch.neuron.Stream()
+    for _ in range(3):
+        x @ x
+    torch.neuron.synchronize()
+    synchronized_ms = torch_neuronx.device_time()
+    start = torch.neuron.Event(enable_timing=True)
+    start.record()
+    with torch.neuron.stream(side):
+        matmul_ns, _ = predicted_ns(lambda: x @ x)
+        x @ x
+        end = torch.neuron.Event(enable_timing=True)
+        end.record()
+    end.synchronize()
+    # the side stream's second matmul ends two matmuls after the synchronized time
+    assert start.elapsed_time(end) == pytest.approx(2 * matmul_ns / 1e6, abs=1e-9)
+    assert torch_neuronx.device_time() == pytest.approx(synchronized_ms + 2 * matmul_ns / 1e6, abs=1e-9)
+
+
+def test_elapsed_time_between_events_of_two_devices_raises():
+    if torch.neuron.device_count() < 2:
+        pytest.skip("needs two neuron devices")
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    start.record(torch.neuron.current_stream(0))
+    end.record(torch.neuron.current_stream(1))
+    end.synchronize()
+    with pytest.raises(RuntimeError, match="same device.*neuron:0 and the end event on neuron:1"):
+        start.elapsed_time(end)
+
+
+@pytest.mark.parametrize("index", [256, 257, -2, -5, 1 << 40])
+def test_device_time_and_counters_refuse_a_bad_index_instead_of_answering_for_another_device(index):
+    with pytest.raises(IndexError, match=f"neuron device index {index} is out of range"):
+        torch_neuronx.device_time(index)
+    with pytest.raises(IndexError, match=f"neuron device index {index} is out of range"):
+        torch_neuronx.device_counters(index)
+
+
+def test_device_counters_name_their_device_and_refuse_to_subtract_two_devices():
+    if torch.neuron.device_count() < 2:
+        pytest.skip("needs two neuron devices")
+    current = torch_neuronx.device_counters()
+    assert current.device == torch.neuron.current_device()
+    first, second = torch_neuronx.device_counters(0), torch_neuronx.device_counters(1)
+    assert (first.device, second.device) == (0, 1)
+    assert (first - torch_neuronx.device_counters(0)).device == 0
+    with pytest.raises(ValueError, match="different devices"):
+        first - second

@@ -94,3 +94,76 @@ def test_two_rank_collectives_cost_their_alpha_beta_model_over_neuronlink(tmp_pa
     expected["track"] = [["collective", "CC", nbytes, expected["allreduce"]], 0]  # path, engine, bytes, ns; dropped
     for rank in (0, 1):
         assert json.loads((tmp_path / f"rank{rank}.json").read_text()) == expected, rank
+
+
+ORDERED_WORKER = textwrap.dedent("""
+    import json, os, sys, torch, torch_neuronx
+    import torch.distributed as dist
+
+    dist.init_process_group(backend="neuron")
+    rank = dist.get_rank()
+    t = torch.ones(1 << 20, device="neuron")
+    torch.neuron.synchronize()
+    dist.barrier()
+
+    def predicted_ns(fn):
+        torch.neuron.synchronize()
+        before = torch_neuronx.device_time()
+        fn()
+        torch.neuron.synchronize()
+        return round((torch_neuronx.device_time() - before) * 1e6)
+
+    def loop():
+        for _ in range(5):
+            dist.all_reduce(t)   # work.wait() inside
+            t.mul_(0.5)          # reads the all-reduced t
+
+    def waited_work():
+        dist.all_reduce(t, async_op=True).wait()
+        t.mul_(0.5)
+
+    def synchronized_work():
+        dist.all_reduce(t, async_op=True).synchronize()
+        t.mul_(0.5)
+
+    def waited_future():
+        dist.all_reduce(t, async_op=True).get_future().wait()
+        t.mul_(0.5)
+
+    def events_around_loop():
+        start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+        start.record(); loop(); end.record(); end.synchronize()
+        return round(start.elapsed_time(end) * 1e6)
+
+    times = {"allreduce": predicted_ns(lambda: dist.all_reduce(t)), "mul": predicted_ns(lambda: t.mul_(0.5)),
+             "loop": predicted_ns(loop), "work.wait": predicted_ns(waited_work),
+             "work.synchronize": predicted_ns(synchronized_work), "future.wait": predicted_ns(waited_future)}
+    torch.neuron.synchronize()
+    times["events"] = events_around_loop()
+    with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as out:
+        json.dump(times, out)
+    dist.destroy_process_group()
+""")
+
+
+def test_work_issued_after_a_collective_waits_for_it_on_the_device_timeline(tmp_path):
+    """As WorkNCCL::wait() makes the current stream wait for the collective's end: an op reading
+    an all-reduced tensor starts after the all-reduce (review 25, collective_then_compute.py)."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(ORDERED_WORKER)
+    env = dict(os.environ, OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE="", NEURON_SIM_PLATFORM="trn2")
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "NEURON_RT_VISIBLE_CORES", "NEURON_SIM_DEVICE_CLOCK"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={free_port()}",
+               str(worker), str(tmp_path)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-6000:]
+    for rank in (0, 1):
+        times = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        pair = times["allreduce"] + times["mul"]
+        assert times["allreduce"] > 0 and times["mul"] > 0, times
+        assert times["loop"] == 5 * pair, (rank, times)
+        assert times["events"] == 5 * pair, (rank, times)  # the current stream's own time
+        for way in ("work.wait", "work.synchronize", "future.wait"):
+            assert times[way] == pair, (rank, way, times)
