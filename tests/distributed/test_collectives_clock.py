@@ -67,9 +67,12 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def test_two_rank_collectives_cost_their_alpha_beta_model_over_neuronlink(tmp_path):
+
+def run_two_ranks(tmp_path, source):
+    """Runs `source` as a worker on 2 ranks under torchrun (trn2, the clock on); it writes its
+    figures into tmp_path."""
     worker = tmp_path / "worker.py"
-    worker.write_text(WORKER)
+    worker.write_text(source)
     env = dict(os.environ, OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE="", NEURON_SIM_PLATFORM="trn2")
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                  "NEURON_RT_VISIBLE_CORES", "NEURON_SIM_DEVICE_CLOCK"):
@@ -78,6 +81,10 @@ def test_two_rank_collectives_cost_their_alpha_beta_model_over_neuronlink(tmp_pa
                str(worker), str(tmp_path)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-6000:]
+
+
+def test_two_rank_collectives_cost_their_alpha_beta_model_over_neuronlink(tmp_path):
+    run_two_ranks(tmp_path, WORKER)
     n, nbytes = 2, ELEMENTS * 4
     bandwidth, alpha = TRN2["neuronlink_chip_gbps"], TRN2["neuronlink_latency_ns"]
     rounded = lambda value: math.floor(value + 0.5)  # noqa: E731
@@ -149,16 +156,7 @@ ORDERED_WORKER = textwrap.dedent("""
 def test_work_issued_after_a_collective_waits_for_it_on_the_device_timeline(tmp_path):
     """As WorkNCCL::wait() makes the current stream wait for the collective's end: an op reading
     an all-reduced tensor starts after the all-reduce (review 25, collective_then_compute.py)."""
-    worker = tmp_path / "worker.py"
-    worker.write_text(ORDERED_WORKER)
-    env = dict(os.environ, OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE="", NEURON_SIM_PLATFORM="trn2")
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "NEURON_RT_VISIBLE_CORES", "NEURON_SIM_DEVICE_CLOCK"):
-        env.pop(name, None)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={free_port()}",
-               str(worker), str(tmp_path)]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-6000:]
+    run_two_ranks(tmp_path, ORDERED_WORKER)
     for rank in (0, 1):
         times = json.loads((tmp_path / f"rank{rank}.json").read_text())
         pair = times["allreduce"] + times["mul"]
