@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "DeviceTrack.h"
 #include "NeuronCommon.h"
@@ -45,6 +46,7 @@ struct OpClass {
   Operands operands = Operands::kGeneral;
   bool in_place = false;  // the name ends in '_': writes its first operand
   bool out_variant = false;  // overload "out": its out= operands are written, not read
+  bool scatters = false;  // writes given values at given indexes of its destination (index_copy, scatter, ...)
 };
 
 // The base name: "aten::add_.Tensor" -> "add_", "neuron::rms_norm" -> "rms_norm".
@@ -91,7 +93,8 @@ OpClass classify_name(std::string_view full) {
          "_index_put_impl", "clone", "contiguous", "_to_copy", "repeat", "repeat_interleave", "expand_copy",
          "permute_copy", "narrow_copy", "slice_scatter", "select_scatter", "masked_select", "nonzero", "flip",
          "roll", "unfold", "_unsafe_index", "index_copy", "embedding_dense_backward", "constant_pad_nd",
-         "copy", "_copy_from", "_copy_from_and_resize"});
+         "copy", "_copy_from", "_copy_from_and_resize", "index_add", "index_reduce", "scatter_reduce",
+         "masked_scatter"});
     add(WorkKind::kNone, Operands::kGeneral,
         {"empty", "empty_strided", "resize", "set", "_local_scalar_dense", "as_strided", "view", "_reshape_alias",
          "alias", "detach"});
@@ -110,6 +113,10 @@ OpClass classify_name(std::string_view full) {
     op.kind = it->second.first;
     op.operands = it->second.second;
   }
+  static const std::unordered_set<std::string_view> scatter_family = {
+      "index_copy", "index_put", "_index_put_impl", "scatter", "scatter_add", "scatter_reduce", "index_add",
+      "index_reduce", "masked_scatter"};
+  op.scatters = op.kind == WorkKind::kDataMovement && scatter_family.count(base) > 0;
   return op;  // everything else: one VectorE pass over its output (fill, random, where, add, ...)
 }
 
@@ -278,8 +285,15 @@ int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
       work.elements = largest_numel(t.inputs);
       break;
     case WorkKind::kDataMovement:
-      // A gather or a copy reads what it writes (not the whole table it indexes).
-      work.moved_bytes = t.outputs.empty() ? work.hbm_bytes_read : work.hbm_bytes_written;
+      // A gather or a copy reads what it writes (not the whole table it indexes). A scatter into
+      // its destination in place (a KV cache's index_copy_) moves its values and indexes only:
+      // the rest of the destination stays where it is.
+      if (op.in_place && op.scatters && t.inputs.size() > 1) {
+        const uint64_t values = hbm_bytes(t.inputs) - hbm_bytes(*t.inputs.front());
+        work.moved_bytes = std::min(values, hbm_bytes(*t.inputs.front()));
+      } else {
+        work.moved_bytes = t.outputs.empty() ? work.hbm_bytes_read : work.hbm_bytes_written;
+      }
       work.hbm_bytes_read = work.hbm_bytes_written = work.moved_bytes;
       break;
     case WorkKind::kMatmul: {

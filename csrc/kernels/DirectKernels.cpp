@@ -28,7 +28,7 @@ const std::vector<DirectOp>& direct_ops() {
       {"aten::argmax", {"argmax"}, "", "a program runs argmax through the dispatcher (TorchNeuron runs it on the CPU)"},
       {"aten::index_select", {"index_select"}, "", "a program runs index_select through the dispatcher"},
       {"aten::fill_", {"fill_.Scalar"}, "", "a program's fills are folded into constants or run through the dispatcher"},
-      {"aten::index_copy_", {}, "aten::index_copy_", "eager index_copy_ takes the generic path"},
+      {"aten::index_copy_", {"index_copy_"}, "aten::index_copy_"},
       {"aten::clone", {}, "aten::clone", "eager clone is empty_like and copy_ (Minimal.cpp's copy kernel)"},
       {"aten::_to_copy", {}, "aten::_to_copy", "eager _to_copy is empty and copy_ (Minimal.cpp's copy kernel)"},
       {"aten::copy_", {}, "aten::copy_", "eager copy_ is Minimal.cpp's copy kernel"},

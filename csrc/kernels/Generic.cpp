@@ -438,6 +438,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                            "linalg__powsum", "mode", "mode.values"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&zero_copy_fallback>());
   }
+  // Scatters into their destination in place: PyTorch's non-functional composite ran the
+  // functional op (a copy of the whole destination) and copy_ back (another), two full copies
+  // where the op writes a few rows. They take the CPU kernel in place (index_copy_ has a hot
+  // kernel of its own, Hot.cpp).
+  for (const char* name : {"scatter_.src", "scatter_.value", "scatter_.reduce", "scatter_.value_reduce",
+                           "scatter_add_", "scatter_reduce_.two", "index_add_", "index_reduce_"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&zero_copy_fallback>());
+  }
 }
 
 // Conjugate and negative views reach _copy_from as they are (it copies them

@@ -252,6 +252,31 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   });
 }
 
+// A static KV cache's update. Without its own registration PyTorch's non-functional composite
+// ran index_copy (a copy of the whole destination) and copy_ back (another): two full copies of
+// the cache per layer and step where the op writes one position.
+at::Tensor& index_copy_inplace(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
+  NEURON_OP("aten::index_copy_", "");
+  return run_tracked(tracked, [&]() -> at::Tensor& {
+    if (runtime().launch_blocking() && !compute_64bit_as_32bit() && self.device().type() == kNeuron &&
+        index.device() == self.device() && source.device() == self.device()) {
+      DeviceCheck check;
+      check.add(self, "aten::index_copy_");
+      check.add(index, "aten::index_copy_");
+      check.add(source, "aten::index_copy_");
+      HostCall call;
+      call.device = self.device().index();
+      at::Tensor view = call.to_host(self);
+      direct::index_copy_(view, dim, call.to_host(index), call.to_host(source));
+      note_launch(LaunchPath::kDirect, "aten::index_copy_", call.device,
+                  LaunchOperands::of_tensors({self, index, source}, self));
+      return self;
+    }
+    run_generic_stack(op, self, dim, index, source);
+    return self;
+  });
+}
+
 // out= forms (PyTorch's structured wrappers and in-place ops reach these).
 #define NEURON_HOT_OUT(schema_name, overload, function, signature, kernel, ...)                  \
   at::Tensor& function signature {                                                             \
@@ -380,6 +405,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("cat.out", TORCH_FN(cat_out));
   m.impl("index_select", TORCH_FN(index_select));
   m.impl("fill_.Scalar", TORCH_FN(fill_scalar));
+  m.impl("index_copy_", TORCH_FN(index_copy_inplace));
   m.impl("add.out", TORCH_FN(add_out));
   m.impl("sub.out", TORCH_FN(sub_out));
   m.impl("mul.out", TORCH_FN(mul_out));

@@ -127,6 +127,55 @@ def test_one_copy_costs_its_dma_or_host_link_time():
     assert cost == Hand().device_copy(4 * n)
 
 
+def test_a_scatter_in_place_moves_its_values_not_its_whole_destination():
+    """Cost model v2: a KV cache's update (index_copy_ of one position into a 4096-position
+    cache) moves the values and the index; v1 costed a copy of the whole cache. Out of place,
+    the op writes a whole new tensor and costs that."""
+    cache = torch.zeros(1, 8, 4096, 128, device="neuron")
+    values = torch.randn(1, 8, 1, 128, device="neuron")
+    index = torch.tensor([7], device="neuron")
+    moved = values.nbytes + index.nbytes
+    cost, _ = predicted_ns(lambda: cache.index_copy_(2, index, values))
+    assert cost == Hand().device_copy(moved)
+    table, row, rows = torch.zeros(4096, 128, device="neuron"), torch.randn(1, 128, device="neuron"), index
+    cost, _ = predicted_ns(lambda: table.index_put_((rows,), row))
+    assert cost == Hand().device_copy(row.nbytes + rows.nbytes)
+    cost, _ = predicted_ns(lambda: torch.index_copy(cache, 2, index, values))
+    assert cost == Hand().device_copy(cache.nbytes)
+    assert torch.equal(cache[0, :, 7].cpu(), values[0, :, 0].cpu())
+
+
+SCATTERS_IN_PLACE = {
+    "index_copy_": lambda t, i, v, i2: t.index_copy_(0, i, v),
+    "index_add_": lambda t, i, v, i2: t.index_add_(0, i, v),
+    "index_reduce_": lambda t, i, v, i2: t.index_reduce_(0, i, v, "amax"),
+    "scatter_": lambda t, i, v, i2: t.scatter_(0, i2, v),
+    "scatter_.value": lambda t, i, v, i2: t.scatter_(0, i2, 2.0),
+    "scatter_.reduce": lambda t, i, v, i2: t.scatter_(0, i2, v, reduce="add"),
+    "scatter_add_": lambda t, i, v, i2: t.scatter_add_(0, i2, v),
+    "scatter_reduce_": lambda t, i, v, i2: t.scatter_reduce_(0, i2, v, "sum"),
+    "index_put_": lambda t, i, v, i2: t.index_put_((i,), v),
+}
+
+
+@pytest.mark.parametrize("name", list(SCATTERS_IN_PLACE))
+def test_every_scatter_in_place_writes_its_rows_not_a_copy_of_its_destination(name):
+    """The class of the KV cache's index_copy_: PyTorch's non-functional composite ran these as
+    the functional op (a copy of the whole destination) and copy_ back; each now runs in place,
+    equal to the CPU, and its device traffic is its values and indexes, not the destination."""
+    args = (torch.zeros(4096, 64), torch.tensor([5, 9]), torch.randn(2, 64), torch.tensor([[5] * 64, [9] * 64]))
+    expected = SCATTERS_IN_PLACE[name](*[a.clone() for a in args])
+    on_device = [a.to("neuron") for a in args]
+    torch.neuron.synchronize()
+    before = torch_neuronx.device_counters()
+    result = SCATTERS_IN_PLACE[name](*on_device)
+    torch.neuron.synchronize()
+    moved = (torch_neuronx.device_counters() - before).hbm_bytes
+    assert result is on_device[0]
+    assert torch.equal(result.cpu(), expected)
+    assert moved <= 2 * (args[2].nbytes + args[3].nbytes), f"{name} moved {moved} bytes of a {args[0].nbytes}-byte table"
+
+
 def test_elapsed_time_between_events_is_the_predicted_sum():
     a = torch.randn(300, 200, dtype=torch.bfloat16, device="neuron")
     b = torch.randn(200, 100, dtype=torch.bfloat16, device="neuron")
