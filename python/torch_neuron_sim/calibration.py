@@ -48,9 +48,10 @@ def predict_rows():
         if "verify_step_ms" in row:
             v = dry_run.predict(config, **args, step_tokens=row["verify_step_tokens"])
             results.append(_entry(row, "verify_step_ms", row["verify_step_ms"], v.per_token_ms))
-        device = dry_run.predict(config, **dict(args, serving="device"))
-        results[-2 if "verify_step_ms" not in row else -3]["device_only_ms"] = round(device.ttft_ms, 2)
-        results[-1 if "verify_step_ms" not in row else -2]["device_only_ms"] = round(device.per_token_ms, 2)
+        # The same programs without the serving stack's fixed cost per step: the device's share.
+        overhead_ms = dry_run.serving_overhead_ns(row["serving"]) / 1e6
+        results[-2 if "verify_step_ms" not in row else -3]["device_only_ms"] = round(p.ttft_ms - overhead_ms, 2)
+        results[-1 if "verify_step_ms" not in row else -2]["device_only_ms"] = round(p.per_token_ms - overhead_ms, 2)
     return {"cost_model": dry_run.COST_MODEL_VERSION, "rows": results}
 
 

@@ -24,6 +24,7 @@ times the remaining layers) so a 70B config answers in seconds; a model whose la
     python -m torch_neuron_sim.dry_run CONFIG_DIR --platform trn2 --tp 4 --input-tokens 192 --output-tokens 192
 """
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -36,7 +37,7 @@ from torch.utils._pytree import tree_flatten
 import torch_neuron_sim  # noqa: F401  (loads _C and the platform data file)
 from torch_neuron_sim import _C
 
-COST_MODEL_VERSION = "v1"  # the cost model's version (runtime/cost_model.h, data/platforms.toml)
+COST_MODEL_VERSION = "v2"  # the cost model's version (runtime/cost_model.h, data/platforms.toml)
 PLATFORMS = ("trn1", "trn2", "trn3")
 
 
@@ -146,6 +147,7 @@ class Prediction:
     collectives_ms_per_token: float  # the decode step's all-reduces and logits gather
     mfu_prefill: float  # the prefill's model FLOPs over the TTFT, against the rank's BF16 peak
     mbu_decode: float  # a decode step's weight and KV-cache bytes over its time, against the rank's HBM peak
+    prefill_tokens: int = 0  # the prefill's length as run: the prompt padded to the serving stack's bucket
 
     @property
     def tokens_per_s(self):
@@ -170,15 +172,51 @@ def platform_constant(platform, name):
     return table[platform][name]["value"]
 
 
-def serving_overhead_ns(serving):
-    """The fixed cost per model step of serving stack `serving` (data/serving.toml)."""
+def _serving_table(serving):
     import tomllib
     path = os.path.join(os.path.dirname(__file__), "data", "serving.toml")
     with open(path, "rb") as f:
         table = tomllib.load(f)
     if serving not in table:
         raise ValueError(f"serving {serving!r} is not in {path}; choose one of {', '.join(table)}")
-    return table[serving]["step_overhead_ns"]["value"]
+    return table[serving]
+
+
+def serving_overhead_ns(serving):
+    """The fixed cost per model step of serving stack `serving` (data/serving.toml)."""
+    return _serving_table(serving)["step_overhead_ns"]["value"]
+
+
+def prefill_bucket(serving, input_tokens, max_len):
+    """The prefill length serving stack `serving` runs for a prompt of `input_tokens`: its program
+    is compiled for a few lengths (buckets) and the prompt is padded to the smallest that holds
+    it (data/serving.toml `prefill_buckets`, with the stack's documented rule). `max_len`: the
+    largest bucket (max_model_len)."""
+    rule = _serving_table(serving)["prefill_buckets"]["value"]
+    if rule == "none":
+        return input_tokens
+    if rule == "nxdi-autobucketing":  # NxD Inference's generate_buckets(128, max_len)
+        top = round(math.log2(max_len)) if max_len > 128 else 7
+        buckets = [2 ** i for i in range(7, top)] + [max_len]
+    elif rule == "powers-of-two":  # vLLM Neuron's num_batched_tokens_buckets default
+        buckets = [2 ** i for i in range(7, 64) if 2 ** i < max_len] + [max_len]
+    else:
+        raise ValueError(f"serving {serving!r}: unknown prefill_buckets rule {rule!r} in data/serving.toml")
+    return min(b for b in buckets if b >= input_tokens)
+
+
+def serving_gqa_attention(serving):
+    """True when the serving stack's attention kernel reads each key-value head once for its
+    group of query heads (data/serving.toml `gqa_attention`), where transformers' compiled SDPA
+    path repeats the key-value heads (repeat_kv) before attention."""
+    return bool(_serving_table(serving)["gqa_attention"]["value"])
+
+
+def _gqa_attention():
+    """Within it, transformers' SDPA attention passes grouped key-value heads to the attention
+    kernel as they are (enable_gqa), without materialising repeat_kv's copies."""
+    from transformers.integrations import sdpa_attention
+    return unittest.mock.patch.object(sdpa_attention, "use_gqa_in_sdpa", lambda *args, **kwargs: True)
 
 
 SERVING = ("device", "nxdi", "vllm-neuron")
@@ -303,7 +341,7 @@ class ProgramCosts:
 
 
 def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, cache_len, layers=None,
-                        step_tokens=1):
+                        step_tokens=1, gqa_attention=False):
     """(prefill ns, decode step ns, programs per forward) of one rank, compiled: the prefill of
     `input_tokens` and one decode step of `step_tokens` (a speculative verify step: several) over
     a static KV cache of `cache_len` positions (a compiled decode step reads its whole cache
@@ -315,7 +353,8 @@ def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, 
     forward = torch.compile(model.forward, backend=costs.backend, fullgraph=True, dynamic=False)
     cache = StaticCache(config=model.config, max_cache_len=cache_len)
     measured = []
-    with torch.no_grad(), routed_attention(), torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+    gqa = _gqa_attention() if gqa_attention else contextlib.nullcontext()
+    with torch.no_grad(), routed_attention(), gqa, torch._dynamo.config.patch(automatic_dynamic_shapes=False):
         for ids, positions in ((torch.zeros(1, input_tokens, dtype=torch.long, device="meta"),
                                 torch.arange(input_tokens, device="meta")),
                                (torch.zeros(1, step_tokens, dtype=torch.long, device="meta"),
@@ -358,16 +397,18 @@ def _uniform_layers(config, tp):
     return all(_layer_signature(layer) == third for layer in layers[3:])
 
 
-def compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, cache_len, step_tokens=1):
+def compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, cache_len, step_tokens=1,
+                        gqa_attention=False):
     """As _compiled_forward_ns for the whole model. Layers of one kind are costed from a two-layer
     and a three-layer trace: the third layer's cost (a layer between two others, its residual
     fused with its neighbours as inside the whole model) times each layer past the second."""
     layers = config.num_hidden_layers
     args = (config, tp, platform, logical_nc_config, input_tokens, cache_len)
+    kw = dict(step_tokens=step_tokens, gqa_attention=gqa_attention)
     if layers <= 3 or not _uniform_layers(config, tp):
-        return _compiled_forward_ns(*args, step_tokens=step_tokens)
-    two = _compiled_forward_ns(*args, layers=2, step_tokens=step_tokens)
-    three = _compiled_forward_ns(*args, layers=3, step_tokens=step_tokens)
+        return _compiled_forward_ns(*args, **kw)
+    two = _compiled_forward_ns(*args, layers=2, **kw)
+    three = _compiled_forward_ns(*args, layers=3, **kw)
     return tuple(a + (layers - 2) * (b - a) for a, b in zip(two[:2], three[:2])) + (two[2],)
 
 
@@ -422,13 +463,16 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_
     if step_tokens != 1 and mode != "compiled":
         raise ValueError("step_tokens > 1 (a verify step) is predicted in compiled mode only")
     shard_config(config, tp)  # a TP degree that does not divide is refused before any trace
+    prefill_tokens = input_tokens
     if mode == "compiled":
         cache_len = max_model_len or input_tokens + output_tokens
         if cache_len < input_tokens + output_tokens:
             raise ValueError(f"max_model_len {cache_len} is shorter than {input_tokens} input + {output_tokens} "
                              "output tokens")
-        prefill_ns, step_ns, programs = compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens,
-                                                            cache_len + step_tokens - 1, step_tokens)
+        prefill_tokens = prefill_bucket(serving, input_tokens, cache_len)
+        prefill_ns, step_ns, programs = compiled_forward_ns(config, tp, platform, logical_nc_config, prefill_tokens,
+                                                            max(cache_len, prefill_tokens) + step_tokens - 1,
+                                                            step_tokens, serving_gqa_attention(serving))
         prefill_launches = decode_launches = programs
     else:
         model = build(config, tp)
@@ -438,7 +482,7 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_
         step_ns = sum(m.ns for m in steps) / len(steps) if steps else 0.0
         prefill_launches, decode_launches = prefill.launches, steps[0].launches if steps else 0
     step_collectives = _collectives_ns(config, step_tokens, tp, platform, logical_nc_config)
-    ttft_ns = prefill_ns + _collectives_ns(config, input_tokens, tp, platform, logical_nc_config) + overhead_ns
+    ttft_ns = prefill_ns + _collectives_ns(config, prefill_tokens, tp, platform, logical_nc_config) + overhead_ns
     per_token_ns = step_ns + step_collectives + overhead_ns if output_tokens > 1 else float("nan")
     flops, step_bytes = _model_figures(config, tp, input_tokens, input_tokens + output_tokens // 2)
     peak_flops, peak_bytes = _C._peak_rates(platform, logical_nc_config)
@@ -447,7 +491,8 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_
         prefill_launches=prefill_launches, decode_launches=decode_launches,
         collectives_ms_per_token=step_collectives / 1e6,
         mfu_prefill=flops / (ttft_ns * 1e-9) / peak_flops,
-        mbu_decode=step_bytes / (per_token_ns * 1e-9) / peak_bytes if output_tokens > 1 else float("nan"))
+        mbu_decode=step_bytes / (per_token_ns * 1e-9) / peak_bytes if output_tokens > 1 else float("nan"),
+        prefill_tokens=prefill_tokens)
 
 
 def main(argv=None):
@@ -460,7 +505,8 @@ def main(argv=None):
     parser.add_argument("--output-tokens", type=int, default=192)
     parser.add_argument("--mode", default="compiled", choices=("compiled", "eager"))
     parser.add_argument("--serving", default="device", choices=SERVING,
-                        help="add a serving stack's fixed cost per step (data/serving.toml); default: the device alone")
+                        help="a serving stack's fixed cost per step, prefill buckets and attention (data/serving.toml); "
+                             "default: the device alone")
     parser.add_argument("--step-tokens", type=int, default=1, help="tokens per decode step (a verify step: >1)")
     parser.add_argument("--max-model-len", type=int, help="the static KV cache's length (default: input + output)")
     args = parser.parse_args(argv)
@@ -478,6 +524,8 @@ def main(argv=None):
     print(f"TTFT {p.ttft_ms:.1f} ms, per token {p.per_token_ms:.2f} ms ({p.tokens_per_s:.1f} tokens/s), "
           f"collectives {p.collectives_ms_per_token:.2f} ms per token, MFU (prefill) {p.mfu_prefill:.1%}, "
           f"MBU (decode) {p.mbu_decode:.1%}, launches prefill/step {p.prefill_launches}/{p.decode_launches}")
+    if p.prefill_tokens != args.input_tokens:
+        print(f"the prefill runs {p.prefill_tokens} positions: {args.serving} pads the prompt to its bucket")
 
 
 if __name__ == "__main__":

@@ -111,10 +111,47 @@ def test_serving_stacks_add_their_data_file_cost_per_step():
     import tomllib
     with open(os.path.join(os.path.dirname(dry_run.__file__), "data", "serving.toml"), "rb") as f:
         overhead_ms = tomllib.load(f)["vllm-neuron"]["step_overhead_ns"]["value"] / 1e6
-    device = dry_run.predict(tiny_llama(), "trn2", input_tokens=8, output_tokens=2)
-    served = dry_run.predict(tiny_llama(), "trn2", input_tokens=8, output_tokens=2, serving="vllm-neuron")
+    # 128 input tokens: a bucket of its own; one key-value head per query head: no GQA to read once.
+    config = tiny_llama()
+    config.num_key_value_heads = config.num_attention_heads
+    device = dry_run.predict(config, "trn2", input_tokens=128, output_tokens=2)
+    served = dry_run.predict(config, "trn2", input_tokens=128, output_tokens=2, serving="vllm-neuron")
+    assert served.prefill_tokens == device.prefill_tokens == 128
     assert served.ttft_ms == pytest.approx(device.ttft_ms + overhead_ms)
     assert served.per_token_ms == pytest.approx(device.per_token_ms + overhead_ms)
+
+
+@pytest.mark.parametrize("serving, tokens, max_len, bucket", [
+    ("device", 192, 8192, 192),  # torch.compile(dynamic=False): the prompt's own length
+    ("vllm-neuron", 192, 8192, 256), ("vllm-neuron", 100, 8192, 128), ("vllm-neuron", 5000, 6000, 6000),
+    ("vllm-neuron", 8192, 8192, 8192),
+    ("nxdi", 10000, 12800, 12800), ("nxdi", 256, 12800, 256),
+    ("nxdi", 5000, 10000, 10000),  # generate_buckets(128, 10000): 128 ... 4096 (2**round(log2 10000) = 8192 excluded), 10000
+])
+def test_the_prefill_is_padded_to_the_serving_stacks_bucket(serving, tokens, max_len, bucket):
+    assert dry_run.prefill_bucket(serving, tokens, max_len) == bucket
+
+
+def test_a_padded_prefill_costs_its_bucket_and_mfu_counts_the_prompt():
+    config = tiny_llama()
+    config.num_key_value_heads = config.num_attention_heads
+    served = dry_run.predict(config, "trn2", input_tokens=100, output_tokens=2, serving="vllm-neuron", max_model_len=256)
+    bucket = dry_run.predict(config, "trn2", input_tokens=128, output_tokens=2, serving="vllm-neuron", max_model_len=256)
+    assert served.prefill_tokens == 128
+    assert served.ttft_ms == pytest.approx(bucket.ttft_ms)
+    assert served.mfu_prefill == pytest.approx(bucket.mfu_prefill * (
+        dry_run._model_figures(config, 1, 100, 100)[0] / dry_run._model_figures(config, 1, 128, 128)[0]))
+
+
+def test_a_stack_with_gqa_attention_reads_the_cache_once_per_key_value_head():
+    """transformers' compiled SDPA path copies a grouped cache per query head (repeat_kv); the
+    serving stacks' kernels do not (serving.toml gqa_attention): their decode step is cheaper by
+    the copies, on a 4,096-position cache."""
+    config = tiny_llama()  # 4 query heads, 2 key-value heads
+    plain = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 8, 4096)
+    grouped = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 8, 4096, gqa_attention=True)
+    assert grouped[1] < plain[1]
+    assert grouped[0] <= plain[0]
 
 
 @pytest.mark.parametrize("kwargs, message", [
