@@ -289,8 +289,14 @@ int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
       // its destination in place (a KV cache's index_copy_) moves its values and indexes only:
       // the rest of the destination stays where it is.
       if (op.in_place && op.scatters && t.inputs.size() > 1) {
-        const uint64_t values = hbm_bytes(t.inputs) - hbm_bytes(*t.inputs.front());
-        work.moved_bytes = std::min(values, hbm_bytes(*t.inputs.front()));
+        // Reads every value and index (more values than slots, as scatter_add_ of many rows
+        // into few: all of them); writes at most the destination.
+        const uint64_t destination = hbm_bytes(*t.inputs.front());
+        const uint64_t values = hbm_bytes(t.inputs) - destination;
+        work.moved_bytes = values;
+        work.hbm_bytes_read = values;
+        work.hbm_bytes_written = std::min(values, destination);
+        break;
       } else {
         work.moved_bytes = t.outputs.empty() ? work.hbm_bytes_read : work.hbm_bytes_written;
       }

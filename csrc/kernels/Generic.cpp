@@ -419,9 +419,36 @@ void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   run_inline(plan, op, stack, begin, device, /*drain=*/true);
 }
 
+void check_scatter_in_place(const char* name, const at::Tensor& self, c10::ArrayRef<const at::Tensor*> others) {
+  TORCH_CHECK(self.device().type() == kNeuron, name, ": self is on ", self.device(),
+              " and another operand on neuron; move self to the neuron device (in place, it is written there)");
+  for (const at::Tensor* other : others) {
+    if (!other->defined()) continue;
+    TORCH_CHECK(other->device() == self.device(), name, ": an operand is on ", other->device(), " and self on ",
+                self.device(), "; move it to ", self.device(), " (index and values must be on self's device, as on CUDA)");
+  }
+  at::assert_no_internal_overlap(self);
+  for (const at::Tensor* other : others) {
+    if (other->defined()) at::assert_no_overlap(self, *other);
+  }
+}
+
 namespace {
 void zero_copy_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   run_tracked(tracked_op(op), [&] { run_zero_copy(op, stack); });
+}
+
+// The scatters in place (registered below): their checks at the call, then the generic path.
+void scatter_in_place(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const size_t count = op.schema().arguments().size();
+  const size_t begin = stack->size() - count;
+  const at::Tensor& self = (*stack)[begin].toTensor();
+  c10::SmallVector<const at::Tensor*, 4> others;
+  for (size_t i = begin + 1; i < stack->size(); ++i) {
+    if ((*stack)[i].isTensor()) others.push_back(&(*stack)[i].toTensor());
+  }
+  check_scatter_in_place(op.schema().name().c_str(), self, others);
+  zero_copy_fallback(op, keys, stack);
 }
 }  // namespace
 
@@ -444,7 +471,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // kernel of its own, Hot.cpp).
   for (const char* name : {"scatter_.src", "scatter_.value", "scatter_.reduce", "scatter_.value_reduce",
                            "scatter_add_", "scatter_reduce_.two", "index_add_", "index_reduce_"}) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&zero_copy_fallback>());
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&scatter_in_place>());
   }
 }
 

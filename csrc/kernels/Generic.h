@@ -45,4 +45,10 @@ namespace torch_neuron {
 // Runs `op` (boxed, arguments on `stack`) with the zero-copy scheme above.
 void run_zero_copy(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// The checks of a scatter into `self` in place (index_copy_, index_add_, scatter_, ...), at the
+// call, before it may be queued: every other tensor operand on self's neuron device (as on
+// CUDA), and no overlap of self with itself or with them (ATen's kernels check it too, but a
+// queued kernel's error would fail the stream instead of the call).
+void check_scatter_in_place(const char* name, const at::Tensor& self, c10::ArrayRef<const at::Tensor*> others);
+
 }  // namespace torch_neuron

@@ -258,8 +258,9 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
 at::Tensor& index_copy_inplace(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
   NEURON_OP("aten::index_copy_", "");
   return run_tracked(tracked, [&]() -> at::Tensor& {
-    if (runtime().launch_blocking() && !compute_64bit_as_32bit() && self.device().type() == kNeuron &&
-        index.device() == self.device() && source.device() == self.device()) {
+    check_scatter_in_place("aten::index_copy_", self, {&index, &source});
+    // The index is never narrowed (Dtype64.h): only self and source decide.
+    if (runtime().launch_blocking() && direct(self, source)) {
       DeviceCheck check;
       check.add(self, "aten::index_copy_");
       check.add(index, "aten::index_copy_");
