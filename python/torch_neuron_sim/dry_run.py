@@ -24,8 +24,8 @@ times the remaining layers) so a 70B config answers in seconds; a model whose la
     python -m torch_neuron_sim.dry_run CONFIG_DIR --platform trn2 --tp 4 --input-tokens 192 --output-tokens 192
 """
 import argparse
-import contextlib
 import dataclasses
+import functools
 import math
 import os
 import unittest.mock
@@ -69,6 +69,29 @@ def routed_attention():
 
 
 ATTENTION = "neuron_dry_run"
+# A serving stack's attention kernels (NxD Inference, vLLM Neuron): the context encoding attends
+# to the prompt's positions only (its keys, not the preallocated cache behind them), and, with
+# `gqa_attention`, grouped key-value heads are read once.
+ATTENTION_STACK = {True: "neuron_dry_run_stack_gqa", False: "neuron_dry_run_stack"}
+
+
+def _stack_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
+                             *, grouped, **kwargs):
+    """transformers' SDPA attention as a serving stack's kernel runs it. A prefill (several
+    query positions from position 0, the dry run's) attends causally to the prompt's keys only;
+    `grouped`: the key-value heads go to the kernel as they are (enable_gqa), where
+    transformers' compiled path copies them per query head (repeat_kv)."""
+    q_length = query.shape[2]
+    if q_length > 1:
+        key, value = key[:, :, :q_length, :], value[:, :, :q_length, :]
+        attention_mask, is_causal = None, True
+    elif not grouped:
+        from transformers.integrations.sdpa_attention import repeat_kv
+        key, value = repeat_kv(key, module.num_key_value_groups), repeat_kv(value, module.num_key_value_groups)
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                           dropout_p=dropout, scale=scaling, is_causal=bool(is_causal),
+                                                           enable_gqa=grouped)
+    return out.transpose(1, 2).contiguous(), None
 
 
 def _register_attention():
@@ -77,6 +100,9 @@ def _register_attention():
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
     AttentionInterface.register(ATTENTION, sdpa_attention_forward)  # under routed_attention()
     AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the masks of "sdpa", as the live model
+    for grouped, name in ATTENTION_STACK.items():
+        AttentionInterface.register(name, functools.partial(_stack_attention_forward, grouped=grouped))
+        AttentionMaskInterface.register(name, sdpa_mask)
 
 
 def _shapes(tree):
@@ -205,18 +231,24 @@ def prefill_bucket(serving, input_tokens, max_len):
     return min(b for b in buckets if b >= input_tokens)
 
 
+def decode_bucket(serving, position, max_len):
+    """The cache length a decode step at `position` reads with serving stack `serving`
+    (data/serving.toml `decode_buckets`): "nxdi-autobucketing" (NxD Inference's token-generation
+    buckets, generate_buckets(128, max_len)), or "max-model-len" (the whole cache)."""
+    rule = _serving_table(serving)["decode_buckets"]["value"]
+    if rule == "max-model-len":
+        return max_len
+    if rule == "nxdi-autobucketing":
+        top = round(math.log2(max_len)) if max_len > 128 else 7
+        return min(b for b in [2 ** i for i in range(7, top)] + [max_len] if b > position)
+    raise ValueError(f"serving {serving!r}: unknown decode_buckets rule {rule!r} in data/serving.toml")
+
+
 def serving_gqa_attention(serving):
     """True when the serving stack's attention kernel reads each key-value head once for its
     group of query heads (data/serving.toml `gqa_attention`), where transformers' compiled SDPA
     path repeats the key-value heads (repeat_kv) before attention."""
     return bool(_serving_table(serving)["gqa_attention"]["value"])
-
-
-def _gqa_attention():
-    """Within it, transformers' SDPA attention passes grouped key-value heads to the attention
-    kernel as they are (enable_gqa), without materialising repeat_kv's copies."""
-    from transformers.integrations import sdpa_attention
-    return unittest.mock.patch.object(sdpa_attention, "use_gqa_in_sdpa", lambda *args, **kwargs: True)
 
 
 SERVING = ("device", "nxdi", "vllm-neuron")
@@ -273,9 +305,10 @@ def _load_config(config_or_dir):
     return config_or_dir if not isinstance(config_or_dir, str) else AutoConfig.from_pretrained(config_or_dir)
 
 
-def build(config_or_dir, tp=1, dtype=torch.bfloat16, layers=None):
+def build(config_or_dir, tp=1, dtype=torch.bfloat16, layers=None, attention=ATTENTION):
     """The model of one rank on the meta device (no weights), from a config or a config folder;
-    `layers` keeps the first that many decoder layers."""
+    `layers` keeps the first that many decoder layers; `attention`: ATTENTION (transformers' SDPA
+    path, as the live model) or one of ATTENTION_STACK (a serving stack's kernels)."""
     from transformers import AutoModelForCausalLM
     config = shard_config(_load_config(config_or_dir), tp)
     if layers is not None:
@@ -284,7 +317,7 @@ def build(config_or_dir, tp=1, dtype=torch.bfloat16, layers=None):
             config.layer_types = config.layer_types[:layers]
     _register_attention()
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=ATTENTION)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attention)
     return model.eval()
 
 
@@ -341,24 +374,45 @@ class ProgramCosts:
 
 
 def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, cache_len, layers=None,
-                        step_tokens=1, gqa_attention=False):
+                        step_tokens=1, gqa_attention=None, prefill_tokens=None, decode_cache_len=None):
     """(prefill ns, decode step ns, programs per forward) of one rank, compiled: the prefill of
-    `input_tokens` and one decode step of `step_tokens` (a speculative verify step: several) over
-    a static KV cache of `cache_len` positions (a compiled decode step reads its whole cache
-    bucket, as NxD Inference's do)."""
+    `input_tokens` (run as `prefill_tokens`, a serving stack's bucket) into a static KV cache of
+    `cache_len` positions, and one decode step of `step_tokens` (a speculative verify step:
+    several) at position `input_tokens` over a cache of `decode_cache_len` (default `cache_len`:
+    a compiled decode step reads its whole cache bucket). `gqa_attention` None: the model as
+    transformers runs it (the cache allocated at its first update, inside the prefill program, as
+    the live model's); True or False: a serving stack's (the caches allocated before the programs,
+    as a stack allocates its cache at load, its attention kernels, ATTENTION_STACK), with or
+    without grouped key-value heads read once."""
     from transformers import StaticCache
-    model = build(config, tp, layers=layers)
+    prefill_tokens = prefill_tokens or input_tokens
+    decode_cache_len = decode_cache_len or cache_len
+    if prefill_tokens > cache_len or input_tokens + step_tokens > decode_cache_len:
+        raise ValueError(f"a prefill of {prefill_tokens} positions into a cache of {cache_len}, or a step at position "
+                         f"{input_tokens} of {step_tokens} tokens into one of {decode_cache_len}, does not fit")
+    stack = gqa_attention is not None
+    model = build(config, tp, layers=layers, attention=ATTENTION_STACK[gqa_attention] if stack else ATTENTION)
+    shard = model.config
+    head_dim = getattr(shard, "head_dim", None) or shard.hidden_size // shard.num_attention_heads
+
+    def allocated(length):
+        cache = StaticCache(config=shard, max_cache_len=length)
+        if not stack:
+            return cache
+        cache.early_initialization(batch_size=1, num_heads=shard.num_key_value_heads, head_dim=head_dim,
+                                   dtype=torch.bfloat16, device=torch.device("meta"))
+        return cache
+
     costs = ProgramCosts(platform, logical_nc_config)
     torch._dynamo.reset()  # one trace per shape and model: no guards left from another run
     forward = torch.compile(model.forward, backend=costs.backend, fullgraph=True, dynamic=False)
-    cache = StaticCache(config=model.config, max_cache_len=cache_len)
     measured = []
-    gqa = _gqa_attention() if gqa_attention else contextlib.nullcontext()
-    with torch.no_grad(), routed_attention(), gqa, torch._dynamo.config.patch(automatic_dynamic_shapes=False):
-        for ids, positions in ((torch.zeros(1, input_tokens, dtype=torch.long, device="meta"),
-                                torch.arange(input_tokens, device="meta")),
-                               (torch.zeros(1, step_tokens, dtype=torch.long, device="meta"),
-                                torch.arange(input_tokens, input_tokens + step_tokens, device="meta"))):
+    with torch.no_grad(), routed_attention(), torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+        for ids, positions, cache in ((torch.zeros(1, prefill_tokens, dtype=torch.long, device="meta"),
+                                       torch.arange(prefill_tokens, device="meta"), allocated(cache_len)),
+                                      (torch.zeros(1, step_tokens, dtype=torch.long, device="meta"),
+                                       torch.arange(input_tokens, input_tokens + step_tokens, device="meta"),
+                                       allocated(decode_cache_len))):
             before_ns, before_calls = costs.ns, costs.calls
             try:
                 forward(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
@@ -367,8 +421,9 @@ def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, 
                 torch._dynamo.reset()
                 raise RuntimeError(
                     f"the dry run could not trace this {model.config.model_type} model compiled (a forward of "
-                    f"{ids.shape[1]} tokens over a static cache of {cache_len}): {type(error).__name__}: "
-                    f"{str(error).splitlines()[0] if str(error) else ''}. Try mode='eager' (--mode eager)") from error
+                    f"{ids.shape[1]} tokens over a static cache of {cache.get_max_cache_shape()}): "
+                    f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}. "
+                    "Try mode='eager' (--mode eager)") from error
             measured.append((costs.ns - before_ns, costs.calls - before_calls))
     torch._dynamo.reset()
     (prefill_ns, programs), (decode_ns, _) = measured
@@ -398,13 +453,14 @@ def _uniform_layers(config, tp):
 
 
 def compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, cache_len, step_tokens=1,
-                        gqa_attention=False):
+                        gqa_attention=None, prefill_tokens=None, decode_cache_len=None):
     """As _compiled_forward_ns for the whole model. Layers of one kind are costed from a two-layer
     and a three-layer trace: the third layer's cost (a layer between two others, its residual
     fused with its neighbours as inside the whole model) times each layer past the second."""
     layers = config.num_hidden_layers
     args = (config, tp, platform, logical_nc_config, input_tokens, cache_len)
-    kw = dict(step_tokens=step_tokens, gqa_attention=gqa_attention)
+    kw = dict(step_tokens=step_tokens, gqa_attention=gqa_attention, prefill_tokens=prefill_tokens,
+              decode_cache_len=decode_cache_len)
     if layers <= 3 or not _uniform_layers(config, tp):
         return _compiled_forward_ns(*args, **kw)
     two = _compiled_forward_ns(*args, layers=2, **kw)
@@ -470,9 +526,14 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_
             raise ValueError(f"max_model_len {cache_len} is shorter than {input_tokens} input + {output_tokens} "
                              "output tokens")
         prefill_tokens = prefill_bucket(serving, input_tokens, cache_len)
-        prefill_ns, step_ns, programs = compiled_forward_ns(config, tp, platform, logical_nc_config, prefill_tokens,
-                                                            max(cache_len, prefill_tokens) + step_tokens - 1,
-                                                            step_tokens, serving_gqa_attention(serving))
+        # The decode step reads its whole cache bucket: NxD Inference's token-generation buckets
+        # (the one holding the generation's middle position), else all of max_model_len (vLLM
+        # Neuron's block table, a static cache).
+        decode_cache_len = decode_bucket(serving, input_tokens + output_tokens // 2, cache_len)
+        prefill_ns, step_ns, programs = compiled_forward_ns(
+            config, tp, platform, logical_nc_config, input_tokens, cache_len + step_tokens - 1, step_tokens,
+            None if serving == "device" else serving_gqa_attention(serving), prefill_tokens,
+            decode_cache_len + step_tokens - 1)
         prefill_launches = decode_launches = programs
     else:
         model = build(config, tp)

@@ -111,14 +111,14 @@ def test_serving_stacks_add_their_data_file_cost_per_step():
     import tomllib
     with open(os.path.join(os.path.dirname(dry_run.__file__), "data", "serving.toml"), "rb") as f:
         overhead_ms = tomllib.load(f)["vllm-neuron"]["step_overhead_ns"]["value"] / 1e6
-    # 128 input tokens: a bucket of its own; one key-value head per query head: no GQA to read once.
+    # 128 input tokens: a bucket of its own; the stack's programs as compiled_forward_ns costs them.
     config = tiny_llama()
-    config.num_key_value_heads = config.num_attention_heads
-    device = dry_run.predict(config, "trn2", input_tokens=128, output_tokens=2)
     served = dry_run.predict(config, "trn2", input_tokens=128, output_tokens=2, serving="vllm-neuron")
-    assert served.prefill_tokens == device.prefill_tokens == 128
-    assert served.ttft_ms == pytest.approx(device.ttft_ms + overhead_ms)
-    assert served.per_token_ms == pytest.approx(device.per_token_ms + overhead_ms)
+    prefill_ns, step_ns, _ = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 128, 130, gqa_attention=True,
+                                                         prefill_tokens=128, decode_cache_len=130)
+    assert served.prefill_tokens == 128
+    assert served.ttft_ms == pytest.approx(prefill_ns / 1e6 + overhead_ms)
+    assert served.per_token_ms == pytest.approx(step_ns / 1e6 + overhead_ms)
 
 
 @pytest.mark.parametrize("serving, tokens, max_len, bucket", [
@@ -144,14 +144,60 @@ def test_a_padded_prefill_costs_its_bucket_and_mfu_counts_the_prompt():
 
 
 def test_a_stack_with_gqa_attention_reads_the_cache_once_per_key_value_head():
-    """transformers' compiled SDPA path copies a grouped cache per query head (repeat_kv); the
-    serving stacks' kernels do not (serving.toml gqa_attention): their decode step is cheaper by
-    the copies, on a 4,096-position cache."""
+    """transformers' compiled SDPA path copies a grouped cache per query head (repeat_kv); a
+    serving stack's kernels with gqa_attention do not: their decode step is cheaper by the
+    copies, on a 4,096-position cache."""
     config = tiny_llama()  # 4 query heads, 2 key-value heads
-    plain = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 8, 4096)
+    repeated = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 8, 4096, gqa_attention=False)
     grouped = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 8, 4096, gqa_attention=True)
-    assert grouped[1] < plain[1]
-    assert grouped[0] <= plain[0]
+    assert grouped[1] < repeated[1]
+    assert grouped[0] == repeated[0]  # the prefill attends to the prompt alone either way
+
+
+def test_a_stacks_prefill_does_not_grow_with_its_cache_and_its_decode_reads_the_bucket():
+    """Review of v2, findings 2 and 8: a stack allocates its cache at load (its prefill writes
+    the prompt's rows only); the decode step starts at the prompt's end, also when the prompt's
+    bucket fills the cache."""
+    config = tiny_llama()
+    short = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 100, 256, gqa_attention=True, prefill_tokens=128)
+    long = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 100, 65536, gqa_attention=True, prefill_tokens=128)
+    assert short[0] == long[0]
+    assert short[1] < long[1]  # the decode step reads its whole cache
+    # a prompt of 100 in a bucket of 128 that is the whole cache: the step at position 100 fits
+    dry_run.compiled_forward_ns(config, 1, "trn2", 2, 100, 128, gqa_attention=True, prefill_tokens=128)
+    with pytest.raises(ValueError, match="does not fit"):
+        dry_run.compiled_forward_ns(config, 1, "trn2", 2, 128, 128, gqa_attention=True)
+
+
+def test_nxdi_decode_reads_its_token_generation_bucket_not_max_model_len():
+    """Review of v2, finding 4: NxD Inference's decode programs are bucketed as its prefill."""
+    assert dry_run.decode_bucket("nxdi", 192 + 96, 131072) == 512
+    assert dry_run.decode_bucket("nxdi", 11000, 12800) == 12800
+    assert dry_run.decode_bucket("vllm-neuron", 288, 8192) == 8192
+    config = tiny_llama()
+    short = dry_run.predict(config, "trn2", input_tokens=192, output_tokens=192, serving="nxdi", max_model_len=512)
+    long = dry_run.predict(config, "trn2", input_tokens=192, output_tokens=192, serving="nxdi", max_model_len=131072)
+    assert long.per_token_ms == pytest.approx(short.per_token_ms)
+
+
+def test_the_dry_run_patches_nothing_process_wide_for_a_stacks_attention():
+    """Review of v2, finding 6: a stack's attention is a registered attention function, not a
+    patch of transformers' module globals another thread would see."""
+    import threading
+    from transformers.integrations import sdpa_attention
+    original, seen, stop = sdpa_attention.use_gqa_in_sdpa, set(), threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.add(sdpa_attention.use_gqa_in_sdpa)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        dry_run.predict(tiny_llama(), "trn2", input_tokens=8, output_tokens=2, serving="vllm-neuron")
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen == {original} and sdpa_attention.use_gqa_in_sdpa is original
 
 
 @pytest.mark.parametrize("kwargs, message", [
