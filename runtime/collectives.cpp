@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -323,7 +324,26 @@ struct ShmGroup::Header {
   }
 };
 
-ShmGroup::ShmGroup(int rank, int size, const Options& options) : rank_(rank), size_(size), options_(options) {}
+ShmGroup::ShmGroup(int rank, int size, const Options& options) : rank_(rank), size_(size), options_(options) {
+  if (options_.spin.count() < 0) {
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    options_.spin = spin_default(local && std::atoi(local) > 0 ? std::atoi(local) : size);
+  }
+}
+
+std::chrono::microseconds ShmGroup::spin_default(int local_ranks) {
+  if (const char* setting = std::getenv("NEURON_SIM_COLLECTIVE_SPIN_US")) {
+    char* end = nullptr;
+    const long value = std::strtol(setting, &end, 10);
+    if (end == setting || *end != '\0' || value < 0) {
+      throw Error(ErrorCode::kInvalidArgument, std::string("NEURON_SIM_COLLECTIVE_SPIN_US='") + setting +
+                                                   "': give a number of microseconds, 0 or more");
+    }
+    return std::chrono::microseconds(value);
+  }
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return unsigned(std::max(1, local_ranks)) <= cores ? kSpinWithCores : std::chrono::microseconds(0);
+}
 
 std::unique_ptr<ShmGroup> ShmGroup::create(Rendezvous& rendezvous, const std::string& prefix, int rank, int size,
                                            const Options& options) {
@@ -523,6 +543,7 @@ void ShmGroup::step(const char* collective) {
   futex_wake(&lines[rank_].progress);
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + options_.timeout;
+  const Clock::time_point spin_until = start + options_.spin;
   for (int other = 0; other < size_; ++other) {
     if (other == rank_) continue;
     int spins = 0;
@@ -534,6 +555,10 @@ void ShmGroup::step(const char* collective) {
       if (spins < 256) {
         ++spins;
         cpu_relax();
+        continue;
+      }
+      if (spins == 256 && Clock::now() < spin_until) {  // a core of its own: spin on, clock read per 64 pauses
+        for (int i = 0; i < 64; ++i) cpu_relax();
         continue;
       }
       if (spins < 272) {

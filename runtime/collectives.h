@@ -86,7 +86,16 @@ class ShmGroup {
     // The caller already knows every rank is on this host (the process group exchanged
     // host_key() through the store): no second exchange.
     bool same_host = false;
+    // How long a rank waiting for its peers at a step spins (a pause per check) before it
+    // sleeps on the futex (NEURON_SIM_COLLECTIVE_SPIN_US). A sleeping rank costs a futex wake
+    // when its peer arrives, tens of microseconds on a VM, at every step of every collective;
+    // spinning costs a core. -1: spin_default(), long when every local rank has a core.
+    std::chrono::microseconds spin{-1};
   };
+  // The default spin: kSpinWithCores when this host's ranks (torchrun's LOCAL_WORLD_SIZE, else
+  // the group) have a core each, none otherwise (a spinning rank would take its peer's core).
+  static std::chrono::microseconds spin_default(int local_ranks);
+  static constexpr std::chrono::microseconds kSpinWithCores{200};
 
   // Collective over the group's ranks. Returns null (and every rank agrees) when the ranks
   // are not all on this host (host_key(); not checked with Options::same_host), or when

@@ -123,6 +123,11 @@ class CollectiveCall {
   c10::intrusive_ptr<c10d::Work> start(c10::intrusive_ptr<c10d::Work> transport_work,
                                        const std::vector<at::Tensor>& outputs);
 
+  // The caller waits for this collective's end before it goes on (c10d's asyncOp false:
+  // dist.all_reduce without async_op). With launch-blocking mode, where issuing a collective
+  // waits for it anyway, run_queued then runs the body on the calling thread (run_inline).
+  void caller_waits(bool waits) { caller_waits_ = waits; }
+
   CollectiveQueue& queue() const { return queue_; }
   int rank() const { return rank_; }
   Clock::time_point deadline() const { return deadline_; }
@@ -147,6 +152,7 @@ class CollectiveCall {
   const Clock::time_point deadline_;
   c10::DeviceIndex device_ = -1;
   bool ready_ = false;
+  bool caller_waits_ = false;
   bool launched_ = false;
   const int ranks_;
   const bool across_hosts_;

@@ -17,7 +17,7 @@ void CollectiveQueue::enqueue(std::function<void()> task) {
     thread_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mutex_);
       for (;;) {
-        ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+        ready_.wait(lock, [&] { return !inline_running_ && (stopping_ || !tasks_.empty()); });
         if (tasks_.empty()) return;
         std::function<void()> task = std::move(tasks_.front());
         tasks_.pop_front();
@@ -33,6 +33,21 @@ void CollectiveQueue::enqueue(std::function<void()> task) {
   tasks_.push_back(std::move(task));
   ++submitted_;
   ready_.notify_one();
+}
+
+void CollectiveQueue::run_inline(std::function<void()> task) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_.wait(lock, [&] { return finished_ >= submitted_; });  // the tasks before it (and any inline one)
+  inline_running_ = true;
+  ++submitted_;
+  lock.unlock();
+  task();  // never throws: it completes its Work with the error
+  task = nullptr;
+  lock.lock();
+  inline_running_ = false;
+  ++finished_;
+  done_.notify_all();
+  ready_.notify_one();  // tasks queued meanwhile
 }
 
 void CollectiveQueue::wait_queued() {

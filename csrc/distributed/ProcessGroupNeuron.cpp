@@ -318,6 +318,7 @@ CollectiveCall ProcessGroupNeuron::call(const char* name, c10d::OpType type, std
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
   CollectiveCall call = this->call("broadcast", c10d::OpType::BROADCAST, opts.timeout);
+  call.caller_waits(!opts.asyncOp);
   return call.run([&] {
     auto views = call.host(tensors);
     if (shm_ && views.size() == 1 && opts.rootTensor == 0) {
@@ -346,6 +347,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
   CollectiveCall call = this->call("allreduce", c10d::OpType::ALLREDUCE, opts.timeout);
+  call.caller_waits(!opts.asyncOp);
   return call.run([&] { return all_reduce(call, tensors, opts, /*coalesced=*/false); });
 }
 
@@ -404,6 +406,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
                                                              std::vector<at::Tensor>& inputs,
                                                              const c10d::AllgatherOptions& opts) {
   CollectiveCall call = this->call("allgather", c10d::OpType::ALLGATHER, opts.timeout);
+  call.caller_waits(!opts.asyncOp);
   return call.run([&] {
     auto output_views = call.host(outputs);
     auto input_views = call.host(inputs);
@@ -438,6 +441,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::AllgatherOptions& opts) {
   CollectiveCall call = this->call("_allgather_base", c10d::OpType::_ALLGATHER_BASE, opts.timeout);
+  call.caller_waits(!opts.asyncOp);
   return call.run([&] {
     std::vector<at::Tensor> outputs{output};
     std::vector<at::Tensor> inputs{input};
@@ -490,6 +494,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at
                                                                   std::vector<std::vector<at::Tensor>>& inputs,
                                                                   const c10d::ReduceScatterOptions& opts) {
   CollectiveCall call = this->call("reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts.timeout);
+  call.caller_waits(!opts.asyncOp);
   return call.run([&] {
     TORCH_CHECK(inputs.size() == outputs.size(), "reduce_scatter takes one list of inputs per output, got ",
                 inputs.size(), " lists for ", outputs.size(), " outputs");
@@ -527,6 +532,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                         const c10d::ReduceScatterOptions& opts) {
   CollectiveCall call = this->call("_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout);
+  call.caller_waits(!opts.asyncOp);
   return call.run([&] {
     std::vector<at::Tensor> outputs{output};
     std::vector<at::Tensor> inputs{input};

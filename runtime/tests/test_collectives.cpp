@@ -452,3 +452,36 @@ TEST(ShmCollectives, ZeroCopyBetweenTensorsInSharedDeviceMemoryAndSlotsWhenOneIs
   for (auto& thread : threads) thread.join();
   for (int rank = 0; rank < size; ++rank) EXPECT_EQ(failures[rank], "") << "rank " << rank;
 }
+
+TEST(ShmCollectives, ARankSpinsBeforeItSleepsOnlyWhenEveryLocalRankHasACore) {
+  unsetenv("NEURON_SIM_COLLECTIVE_SPIN_US");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(ShmGroup::spin_default(cores), ShmGroup::kSpinWithCores);
+  EXPECT_EQ(ShmGroup::spin_default(1), ShmGroup::kSpinWithCores);
+  EXPECT_EQ(ShmGroup::spin_default(cores + 1), std::chrono::microseconds(0));  // a spinning rank would take a core
+  setenv("NEURON_SIM_COLLECTIVE_SPIN_US", "35", 1);
+  EXPECT_EQ(ShmGroup::spin_default(cores + 1), std::chrono::microseconds(35));
+  for (const char* bad : {"-1", "fast", "10us", ""}) {
+    setenv("NEURON_SIM_COLLECTIVE_SPIN_US", bad, 1);
+    try {
+      ShmGroup::spin_default(1);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("NEURON_SIM_COLLECTIVE_SPIN_US"), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("NEURON_SIM_COLLECTIVE_SPIN_US");
+  // Spinning or not, the ranks agree: a long spin with ranks that arrive late still completes.
+  for (auto spin : {std::chrono::microseconds(0), std::chrono::microseconds(5000)}) {
+    ShmGroup::Options options = small_slots();
+    options.spin = spin;
+    run_ranks(2, [&](int rank, ShmGroup& group) {
+      for (int i = 0; i < 20; ++i) {
+        if ((i + rank) % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+        float value = static_cast<float>(rank + i);
+        group.all_reduce(&value, 1, ElementType::kFloat32, ReduceKind::kSum);
+        EXPECT_EQ(value, static_cast<float>(1 + 2 * i));
+      }
+    }, options);
+  }
+}

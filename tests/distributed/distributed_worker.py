@@ -428,6 +428,25 @@ def ops_scenario(out_dir):
         # the gathers were queued after the allreduces of the same tensors: they saw the sums
         same([tensors[i][:50].cpu().repeat(world) for i in range(2)], outputs)
 
+    @check("a synchronous collective runs after the asynchronous ones issued before it")
+    def _():
+        # A call without async_op runs on the calling thread (launch-blocking mode or not),
+        # after the collectives still queued on the communication thread: it sees their results.
+        big = data((1 << 20,), torch.float32, rank).to(NEURON)
+        small = data((300,), torch.float32, rank, 1).to(NEURON)
+        works = [dist.all_reduce(big, async_op=True), dist.all_reduce(small, async_op=True)]
+        gathered = torch.zeros(world * 300, device=NEURON)
+        dist.all_gather_into_tensor(gathered, small)  # synchronous: after the queued all_reduces
+        assert all(w.is_completed() for w in works), "a synchronous call overtook the queued ones"
+        total = sum(data((300,), torch.float32, r, 1) for r in range(world))
+        same([total.repeat(world), sum(data((1 << 20,), torch.float32, r) for r in range(world))], [gathered, big])
+        for _ in range(20):  # alternating, as a tensor-parallel forward's all_reduces
+            x = data((64,), torch.float32, rank).to(NEURON)
+            w = dist.all_reduce(x.clone(), async_op=True)
+            dist.all_reduce(x)
+            w.wait()
+            same([sum(data((64,), torch.float32, r) for r in range(world))], [x])
+
     @check("a collective waits for the work queued before it, and its results are seen after wait()")
     def _():
         a = data((256, 256), torch.float32, rank).to(NEURON) / 1000

@@ -143,7 +143,8 @@ def test_barrier_on_any_group(ops):
 
 
 def test_asynchronous_work_and_ordering(ops):
-    assert_checks(ops, "asynchronous work", "a collective waits for the work queued before it")
+    assert_checks(ops, "asynchronous work", "a collective waits for the work queued before it",
+                  "a synchronous collective runs after")
 
 
 def test_futures_complete_without_wait_and_callbacks_may_run_collectives(ops):
@@ -160,6 +161,7 @@ def test_every_check_is_asserted_by_a_test(ops):
     asserted = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce to", "gather to", "scatter from",
                 "all_to_all", "send / recv", "isend / irecv", "batch_isend_irecv", "recv from any source", "barrier",
                 "asynchronous work", "a collective waits for the work queued before it", "no device memory is held",
+                "a synchronous collective runs after",
                 "errors name", "futures complete without wait()", "a finishing step ends before",
                 "PREMUL_SUM refused by the transport", "one core", "neuron:0", "destroy_process_group", "transport",
                 "zero-copy")
