@@ -15,7 +15,7 @@ DEBIAN_PACKAGES := g++ cmake ninja-build libgtest-dev ccache
 SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h csrc/compile/*.cpp csrc/compile/*.h csrc/distributed/*.cpp csrc/distributed/*.h runtime/*.cpp runtime/*.h) setup.py pyproject.toml
 EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
-.PHONY: demo test test-distributed test-cpu-variants wheel test-wheel docs calibrate test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean fuzz
+.PHONY: demo test test-distributed torchtitan-venv test-cpu-variants wheel test-wheel docs calibrate test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean fuzz
 
 demo: build
 	$(PY) scripts/demo.py
@@ -141,9 +141,21 @@ test-python: build
 	$(PY) -m pytest -q $(XDIST) tests -m "not distributed_extra"
 
 # The longer distributed cases (4 ranks, every transport, training, hosts in network
-# namespaces, killed ranks): CI runs them after `make test`.
-test-distributed: build
+# namespaces, killed ranks, torchtitan): CI runs them after `make test`.
+test-distributed: build torchtitan-venv
 	$(PY) -m pytest -q tests -m distributed_extra
+
+# torchtitan for tests/distributed/test_torchtitan.py: the versions requirements-torchtitan.txt pins,
+# in a virtual environment layered on .venv (a .pth file adds .venv's site-packages after its own, so
+# it runs .venv's torch and this package; its own packages come first). Layered, because torchtitan
+# needs huggingface_hub<2 (through datasets<4.8) and .venv pins 2.4.0. Checked on every run, not
+# trusted to a stamp: pip installs what is missing or at another version (2-3 s when all is there).
+TITAN_VENV := build/torchtitan-venv
+torchtitan-venv: venv
+	@test -x $(TITAN_VENV)/bin/python || $(PY) -m venv $(TITAN_VENV)
+	@echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')')" \
+	  > "$$($(TITAN_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/_layered_on_project_venv.pth"
+	$(TITAN_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-torchtitan.txt
 
 # The suites whose bfloat16 results go through the CPU's matmul kernels, again as on other CPUs
 # (README "Supported CPUs"): oneDNN limited to AVX2 (no AVX-512: the small-matmul kernel does not
