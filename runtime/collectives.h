@@ -95,7 +95,7 @@ class ShmGroup {
   // The default spin: kSpinWithCores when this host's ranks (torchrun's LOCAL_WORLD_SIZE, else
   // the group) have a core each, none otherwise (a spinning rank would take its peer's core).
   static std::chrono::microseconds spin_default(int local_ranks);
-  static constexpr std::chrono::microseconds kSpinWithCores{200};
+  static constexpr std::chrono::microseconds kSpinWithCores{1000};  // as Stream::kIdlePoll
 
   // Collective over the group's ranks. Returns null (and every rank agrees) when the ranks
   // are not all on this host (host_key(); not checked with Options::same_host), or when
