@@ -213,6 +213,13 @@ def serving_overhead_ns(serving):
     return _serving_table(serving)["step_overhead_ns"]["value"]
 
 
+def _nxdi_buckets(max_len):
+    """NxD Inference's generate_buckets(128, max_len) (modules/autobucketing.py): powers of two
+    from 128 below 2**round(log2(max_len)), then max_len."""
+    top = round(math.log2(max_len)) if max_len > 128 else 7
+    return [2 ** i for i in range(7, top)] + [max_len]
+
+
 def prefill_bucket(serving, input_tokens, max_len):
     """The prefill length serving stack `serving` runs for a prompt of `input_tokens`: its program
     is compiled for a few lengths (buckets) and the prompt is padded to the smallest that holds
@@ -221,9 +228,8 @@ def prefill_bucket(serving, input_tokens, max_len):
     rule = _serving_table(serving)["prefill_buckets"]["value"]
     if rule == "none":
         return input_tokens
-    if rule == "nxdi-autobucketing":  # NxD Inference's generate_buckets(128, max_len)
-        top = round(math.log2(max_len)) if max_len > 128 else 7
-        buckets = [2 ** i for i in range(7, top)] + [max_len]
+    if rule == "nxdi-autobucketing":
+        buckets = _nxdi_buckets(max_len)
     elif rule == "powers-of-two":  # vLLM Neuron's num_batched_tokens_buckets default
         buckets = [2 ** i for i in range(7, 64) if 2 ** i < max_len] + [max_len]
     else:
@@ -239,8 +245,7 @@ def decode_bucket(serving, position, max_len):
     if rule == "max-model-len":
         return max_len
     if rule == "nxdi-autobucketing":
-        top = round(math.log2(max_len)) if max_len > 128 else 7
-        return min(b for b in [2 ** i for i in range(7, top)] + [max_len] if b > position)
+        return min(b for b in _nxdi_buckets(max_len) if b > position)
     raise ValueError(f"serving {serving!r}: unknown decode_buckets rule {rule!r} in data/serving.toml")
 
 
