@@ -76,6 +76,24 @@ at::Tensor view_of(const at::Tensor& base, const neuron_rt::TensorSpec& spec) {
   return tensor;
 }
 
+// An output that is a view of an input or of a fresh output, made by the dispatcher (as_strided:
+// the caller gets a view of `base` with its version counter). A view may have another dtype than
+// its base (view_as_real of a complex result, Tensor.view(dtype)): as_strided keeps the base's
+// dtype, so the storage is first seen whole in the view's dtype (a flat view, then view(dtype)),
+// and the view's sizes, strides and offset (in its own elements: rebase_view) are taken there.
+at::Tensor output_view(const at::Tensor& base, const neuron_rt::TensorSpec& spec, const neuron_rt::TensorSpec& base_spec) {
+  const int64_t offset = rebased(spec, base_spec, base).offset;
+  const at::ScalarType dtype = scalar_type(spec.dtype);
+  if (base.scalar_type() == dtype) return base.as_strided(spec.sizes, spec.strides, offset);
+  const int64_t base_element = static_cast<int64_t>(base.element_size());
+  const int64_t view_element = static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t bytes = static_cast<int64_t>(base.storage().nbytes());
+  TORCH_CHECK(bytes % base_element == 0 && bytes % view_element == 0, "compiled graph output: a ", dtype,
+              " view of a ", base.scalar_type(), " result over ", bytes, " bytes of storage, which are not a whole "
+              "number of elements of both");
+  return base.as_strided({bytes / base_element}, {1}, 0).view(dtype).as_strided(spec.sizes, spec.strides, offset);
+}
+
 // Another TensorImpl with `t`'s storage and metadata, made without the dispatcher (the executor
 // is built while a compile's FakeTensorMode may be active).
 at::Tensor same_view(const at::Tensor& t) {
@@ -522,10 +540,8 @@ void ProgramExecutor::bind_call(RunState& state, const std::vector<at::Tensor>& 
     } else {
       TORCH_CHECK(false, "program ", program_.name, ": output value ", id, " is not backed by an input or an output");
     }
-    outputs.push_back(value.kind == ProgramValue::Kind::kView
-                          ? device_base.as_strided(value.spec.sizes, value.spec.strides,
-                                                   rebased(value.spec, base.spec, device_base).offset)
-                          : device_base);
+    outputs.push_back(value.kind == ProgramValue::Kind::kView ? output_view(device_base, value.spec, base.spec)
+                                                              : device_base);
   }
 }
 

@@ -2,6 +2,10 @@
 
 - inline_flex_attention (flex_attention.py): FlexAttention's higher-order operators become
   the ATen ops of their dense implementations (Note [FlexAttention on neuron]).
+- materialize_lazy_views: conj and _neg_view (what AOTAutograd's backward of complex products
+  holds: grad * other.conj()) are views that only set a bit on the tensor, which ATen's kernels
+  resolve; a program's values are memory layouts without those bits, so these nodes become the
+  ops that compute the values (conj_physical, neg).
 - narrow_64bit: Note [64-bit as 32-bit], the same rule eager kernels follow (asked of
   csrc/Dtype64.h through _C.narrowing_rule): a node that computes on float64 / int64 values
   gets 32-bit copies of them, and its 32-bit results are widened back, so compiled code gives
@@ -496,9 +500,32 @@ def eliminate_dead_code(gm):
     return changed
 
 
+_LAZY_VIEWS = {aten.conj.default: aten.conj_physical.default, aten._conj.default: aten.conj_physical.default,
+               aten._conj_copy.default: aten.conj_physical.default, aten._neg_view.default: aten.neg.default,
+               aten._neg_view_copy.default: aten.neg.default}
+
+
+def materialize_lazy_views(gm):
+    """conj / _neg_view nodes of complex values become conj_physical / neg (the module's docstring);
+    conj of a real tensor is the tensor itself and stays. Returns how many were rewritten."""
+    rewritten = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _LAZY_VIEWS:
+            val = _val(node.args[0])
+            is_conj = node.target in (aten.conj.default, aten._conj.default, aten._conj_copy.default)
+            if is_conj and not (isinstance(val, torch.Tensor) and val.is_complex()):
+                continue
+            node.target = _LAZY_VIEWS[node.target]
+            rewritten += 1
+    if rewritten:
+        _propagate(gm)
+    return rewritten
+
+
 def run_passes(gm, on_device_ops):
     """All passes in order; returns counts for the compile record."""
     stats = {"flex_attention": flex_attention.inline_flex_attention(gm)}
+    stats["lazy_views"] = materialize_lazy_views(gm)
     stats["histc"] = integer_histc(gm)
     stats["seeded"] = seeded_ops_take_a_generator(gm)
     stats["narrowed_64bit"] = narrow_64bit(gm, on_device_ops)
