@@ -25,7 +25,7 @@ demo: build
 
 test: test-runtime test-runtime-sanitizers test-python test-python-guarded
 
-bench: build
+bench: build torchtitan-venv
 	$(PY) bench/bench.py --output BENCHMARKS.md
 
 # Full conformance sweeps (not in CI): every OpInfo against CPU -> COVERAGE.md, every

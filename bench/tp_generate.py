@@ -1,7 +1,13 @@
 """Tensor-parallel greedy generation, one side of `make bench` (bench/bench.py): a Llama-style
 model (bench/tp_generate.py --make DIR writes one from a config, random weights), loaded with
 `DistributedConfig(tp_size=world)` under torchrun (or on one device without torchrun), greedy
-`generate`; rank 0 prints tokens/s (median of --repeats) and the tokens of the last run."""
+`generate`; rank 0 prints tokens/s (median of --repeats) and the tokens of the last run.
+
+--breakdown times one more `generate` with the calls it is made of wrapped (exclusive times, each
+rank): the collectives (c10d and functional, waiting for the other ranks included), DTensor's
+Python (from_local, to_local, redistribute without its collectives), the matmuls (F.linear) and the
+rest (the model's and transformers' Python, its TP hooks, the other ops). The wrappers cost time
+of their own, so these runs are not the tokens/s above."""
 import argparse
 import json
 import os
@@ -16,11 +22,58 @@ import torch_neuronx  # noqa: E402,F401
 from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
 
 
-def make(path):
+SIZES = {
+    # ~5M parameters: a decode step is launch and Python overhead, hardly any work
+    "small": dict(vocab_size=2048, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
+                  num_attention_heads=8, num_key_value_heads=4),
+    # ~111M parameters (float32, 445 MB): a decode step reads every weight once, so halving the
+    # weights per rank halves the work
+    "medium": dict(vocab_size=8192, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                   num_attention_heads=16, num_key_value_heads=8),
+}
+
+
+def make(path, size):
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=2048, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
-                         num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=256)
+    config = LlamaConfig(max_position_embeddings=256, **SIZES[size])
     AutoModelForCausalLM.from_config(config).save_pretrained(path)
+
+
+class Breakdown:
+    """Exclusive wall time per group of wrapped calls (a call's time less its wrapped callees')."""
+
+    def __init__(self):
+        self.times = {}
+        self.stack = []
+
+    def wrap(self, owner, name, group):
+        original = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            self.stack.append(0.0)
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                inner = self.stack.pop()
+                self.times[group] = self.times.get(group, 0.0) + elapsed - inner
+                if self.stack:
+                    self.stack[-1] += elapsed
+
+        setattr(owner, name, timed)
+
+    def install(self):
+        import torch.distributed._functional_collectives as funcol
+        import torch.nn.functional as F
+        from torch.distributed.tensor import DTensor
+        for name in ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"):
+            self.wrap(dist, name, "collectives")
+        for name in ("all_reduce", "all_gather_tensor", "reduce_scatter_tensor", "wait_tensor"):
+            self.wrap(funcol, name, "collectives")
+        for name in ("from_local", "to_local", "redistribute"):
+            self.wrap(DTensor, name, "dtensor")
+        self.wrap(F, "linear", "matmuls")
 
 
 def main():
@@ -29,9 +82,11 @@ def main():
     parser.add_argument("--make", action="store_true")
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--size", choices=sorted(SIZES), default="small", help="with --make")
+    parser.add_argument("--breakdown", action="store_true")
     args = parser.parse_args()
     if args.make:
-        return make(args.model)
+        return make(args.model, args.size)
     if "WORLD_SIZE" in os.environ:
         from transformers.distributed import DistributedConfig
         dist.init_process_group(backend="neuron")
@@ -45,6 +100,8 @@ def main():
         return model.generate(ids, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False)
 
     generate()
+    if args.breakdown:
+        return breakdown(generate, args.tokens)
     samples = []
     for _ in range(args.repeats):
         start = time.perf_counter()
@@ -52,6 +109,29 @@ def main():
         samples.append(time.perf_counter() - start)
     if not dist.is_initialized() or dist.get_rank() == 0:
         print(json.dumps({"tok_s": args.tokens / statistics.median(samples), "tokens": tokens.tolist()}))
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def breakdown(generate, tokens):
+    """Milliseconds per token of each group (Breakdown), every rank's; rank 0 prints them."""
+    generate()
+    parts = Breakdown()
+    parts.install()
+    generate()  # a warm-up through the wrappers
+    parts.times.clear()
+    start = time.perf_counter()
+    generate()
+    total = time.perf_counter() - start
+    mine = {group: seconds * 1e3 / tokens for group, seconds in parts.times.items()}
+    mine["rest"] = total * 1e3 / tokens - sum(mine.values())
+    mine["total"] = total * 1e3 / tokens
+    ranks = [mine]
+    if dist.is_initialized():
+        ranks = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, mine)
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(json.dumps({"ms_per_token": ranks}))
     if dist.is_initialized():
         dist.destroy_process_group()
 
