@@ -79,19 +79,23 @@ at::Tensor view_of(const at::Tensor& base, const neuron_rt::TensorSpec& spec) {
 // An output that is a view of an input or of a fresh output, made by the dispatcher (as_strided:
 // the caller gets a view of `base` with its version counter). A view may have another dtype than
 // its base (view_as_real of a complex result, Tensor.view(dtype)): as_strided keeps the base's
-// dtype, so the storage is first seen whole in the view's dtype (a flat view, then view(dtype)),
-// and the view's sizes, strides and offset (in its own elements: rebase_view) are taken there.
+// dtype, so the storage is first seen as bytes (a flat view, then view(kByte)), cut to a whole
+// number of the view's elements, seen in the view's dtype, and the view's sizes, strides and offset
+// (in its own elements: rebase_view checked they fit) taken there. An input with the negative bit
+// (view(dtype) refuses it) is viewed without it and the view gets it back, as eager's does.
 at::Tensor output_view(const at::Tensor& base, const neuron_rt::TensorSpec& spec, const neuron_rt::TensorSpec& base_spec) {
   const int64_t offset = rebased(spec, base_spec, base).offset;
   const at::ScalarType dtype = scalar_type(spec.dtype);
   if (base.scalar_type() == dtype) return base.as_strided(spec.sizes, spec.strides, offset);
+  if (base.is_neg()) return at::_neg_view(output_view(at::_neg_view(base), spec, base_spec));
   const int64_t base_element = static_cast<int64_t>(base.element_size());
   const int64_t view_element = static_cast<int64_t>(c10::elementSize(dtype));
-  const int64_t bytes = static_cast<int64_t>(base.storage().nbytes());
-  TORCH_CHECK(bytes % base_element == 0 && bytes % view_element == 0, "compiled graph output: a ", dtype,
-              " view of a ", base.scalar_type(), " result over ", bytes, " bytes of storage, which are not a whole "
-              "number of elements of both");
-  return base.as_strided({bytes / base_element}, {1}, 0).view(dtype).as_strided(spec.sizes, spec.strides, offset);
+  const int64_t bytes = static_cast<int64_t>(base.storage().nbytes()) / base_element * base_element;
+  return base.as_strided({bytes / base_element}, {1}, 0)
+      .view(at::kByte)
+      .narrow(0, 0, bytes / view_element * view_element)
+      .view(dtype)
+      .as_strided(spec.sizes, spec.strides, offset);
 }
 
 // Another TensorImpl with `t`'s storage and metadata, made without the dispatcher (the executor

@@ -14,7 +14,9 @@ while the behaviour it checks holds. The contracts they guard for torch.compile(
 - the 64-bit rule compiled equals eager: ops with several results, view(dtype) and as_strided
   of an offset view keep int64/float64;
 - complex values: conj and _neg_view (a complex product's backward) are computed, not dropped
-  bits, and an output may be a view of another dtype than its base (view_as_real);
+  bits, and an output that is a view of one stays a view with its bit; an output may be a view of
+  another dtype than its base (view_as_real, also of an input with the negative bit, also over a
+  storage that is not a whole number of the view's elements);
 - the program loader rejects a sealed program whose arena slot is smaller than its tensor, and
   a step never replaces a fixed value's storage or metadata (a program writes only its own memory)."""
 import os

@@ -150,6 +150,18 @@ def _note_recompile(reason):
     return reason
 
 
+def _output(results, entry):
+    """One graph output from the program's results and its layout entry: ("value", position[, bits])
+    or ("constant", value). bits: the conj / neg bits the output gets back as views
+    (passes._outputs_through_bit_views)."""
+    if entry[0] != "value":
+        return entry[1]
+    result = results[entry[1]]
+    for bit in entry[2] if len(entry) > 2 else ():
+        result = torch._conj(result) if bit == "conj" else torch._neg_view(result)
+    return result
+
+
 @dataclasses.dataclass
 class NeuronProgramCode(OutputCode):
     """A compiled graph: runs its program on the inputs (boxed calling convention).
@@ -191,7 +203,7 @@ class NeuronProgramCode(OutputCode):
             return self.fallback_gm(*args)
         if boxed:
             args.clear()
-        return [results[position] if kind == "value" else position for kind, position in self.layout]
+        return [_output(results, entry) for entry in self.layout]
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -364,6 +376,8 @@ def _compile_graph_now(gm, example_inputs, *, context, graph_type):
         fx_passes_us = (passed - started) // 1000
         desc, layout = lower(gm, name, metadata={"model_name": context["model_name"], "graph_type": graph_type,
                                                  "nodes": stats["nodes"]})
+        for index, bits in gm.meta.get("output_bits", {}).items():
+            layout[index] = (*layout[index], bits)
         try:
             desc["metadata"]["layout"] = json.dumps(layout)
         except TypeError:  # an output that is not plain data: this program is not cached

@@ -503,23 +503,79 @@ def eliminate_dead_code(gm):
 _LAZY_VIEWS = {aten.conj.default: aten.conj_physical.default, aten._conj.default: aten.conj_physical.default,
                aten._conj_copy.default: aten.conj_physical.default, aten._neg_view.default: aten.neg.default,
                aten._neg_view_copy.default: aten.neg.default}
+_CONJ = (aten.conj.default, aten._conj.default, aten._conj_copy.default)
+_BIT_VIEWS = (aten.conj.default, aten._conj.default, aten._neg_view.default)  # views (the _copy forms are not)
+
+
+def _is_lazy(node):
+    """A node that sets a bit: conj of a complex value, or _neg_view of any."""
+    if node.op != "call_function" or node.target not in _LAZY_VIEWS:
+        return False
+    val = _val(node.args[0])
+    return node.target not in _CONJ or (isinstance(val, torch.Tensor) and val.is_complex())
+
+
+def _is_same_dtype_view(node):
+    """An ATen view op (its result aliases its first argument) that keeps the dtype."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None or not schema.returns or not node.args:
+        return False
+    alias = schema.returns[0].alias_info
+    before, after = _val(node.args[0]), _val(node)
+    return (alias is not None and not alias.is_write and isinstance(before, torch.Tensor)
+            and isinstance(after, torch.Tensor) and before.dtype == after.dtype)
+
+
+def _outputs_through_bit_views(gm):
+    """Graph outputs that are views of a conj / _neg_view result (eager returns them as views of its
+    base, with the bit): each becomes the same views of the base without the bit-setting nodes, and
+    the bits it must get back are recorded in gm.meta["output_bits"] (output index -> ["conj"/"neg",
+    ...]), which NeuronProgramCode applies to the program's output (torch._conj / torch._neg_view:
+    views, so the output still aliases what eager's aliases)."""
+    graph = gm.graph
+    output = next(node for node in reversed(graph.nodes) if node.op == "output")
+    results = output.args[0]
+    flat = list(results) if isinstance(results, (list, tuple)) else [results]
+    bits = {}
+    for index, node in enumerate(flat):
+        chain = []
+        while isinstance(node, torch.fx.Node) and (
+                (node.target in _BIT_VIEWS and _is_lazy(node)) or _is_same_dtype_view(node)):
+            chain.append(node)
+            node = node.args[0]
+        if not any(link.target in _BIT_VIEWS and _is_lazy(link) for link in chain):
+            continue
+        current, applied = node, []
+        with graph.inserting_before(output):
+            for link in reversed(chain):
+                if link.target in _BIT_VIEWS and _is_lazy(link):
+                    applied.append("conj" if link.target in _CONJ else "neg")
+                else:
+                    current = graph.call_function(link.target, (current, *link.args[1:]), dict(link.kwargs))
+                    current.meta.update(link.meta)
+        flat[index] = current
+        bits[index] = applied
+    if bits:
+        output.args = (type(results)(flat) if isinstance(results, (list, tuple)) else flat[0],)
+    return bits
 
 
 def materialize_lazy_views(gm):
     """conj / _neg_view nodes of complex values become conj_physical / neg (the module's docstring);
-    conj of a real tensor is the tensor itself and stays. Returns how many were rewritten."""
+    conj of a real tensor is the tensor itself and stays. A graph output that is (a view of) such a
+    node keeps its aliasing instead: _outputs_through_bit_views. Returns how many were rewritten."""
+    bits = _outputs_through_bit_views(gm)
+    if bits:
+        gm.meta["output_bits"] = bits
     rewritten = 0
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in _LAZY_VIEWS:
-            val = _val(node.args[0])
-            is_conj = node.target in (aten.conj.default, aten._conj.default, aten._conj_copy.default)
-            if is_conj and not (isinstance(val, torch.Tensor) and val.is_complex()):
-                continue
+        if _is_lazy(node):
             node.target = _LAZY_VIEWS[node.target]
             rewritten += 1
-    if rewritten:
+    if rewritten or bits:
+        gm.graph.eliminate_dead_code()
         _propagate(gm)
-    return rewritten
+    return rewritten + len(bits)
 
 
 def run_passes(gm, on_device_ops):
