@@ -515,6 +515,10 @@ def _is_lazy(node):
     return node.target not in _CONJ or (isinstance(val, torch.Tensor) and val.is_complex())
 
 
+def _sets_bit_as_view(node):
+    return node.target in _BIT_VIEWS and _is_lazy(node)
+
+
 def _is_same_dtype_view(node):
     """An ATen view op (its result aliases its first argument) that keeps the dtype."""
     schema = getattr(node.target, "_schema", None)
@@ -539,16 +543,15 @@ def _outputs_through_bit_views(gm):
     bits = {}
     for index, node in enumerate(flat):
         chain = []
-        while isinstance(node, torch.fx.Node) and (
-                (node.target in _BIT_VIEWS and _is_lazy(node)) or _is_same_dtype_view(node)):
+        while isinstance(node, torch.fx.Node) and (_sets_bit_as_view(node) or _is_same_dtype_view(node)):
             chain.append(node)
             node = node.args[0]
-        if not any(link.target in _BIT_VIEWS and _is_lazy(link) for link in chain):
+        if not any(_sets_bit_as_view(link) for link in chain):
             continue
         current, applied = node, []
         with graph.inserting_before(output):
             for link in reversed(chain):
-                if link.target in _BIT_VIEWS and _is_lazy(link):
+                if _sets_bit_as_view(link):
                     applied.append("conj" if link.target in _CONJ else "neg")
                 else:
                     current = graph.call_function(link.target, (current, *link.args[1:]), dict(link.kwargs))
