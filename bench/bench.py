@@ -404,7 +404,7 @@ def main():
                 row += [f"{bus['neuron']:.2f}", f"{bus['cpu']:.2f}", f"{times['cpu'] / times['neuron']:.2f}",
                         f"{bus['neuron'] * 1e9 / memcpy:.0%}", f"{times['neuron'] * 1e6:.0f} / {times['cpu'] * 1e6:.0f}"]
             collective_rows.append(row)
-    tp = tp_generate(tokens)
+    tp, breakdown = tp_generate(tokens)
     titan = torchtitan_data_parallel()
     lines += [
         "",
@@ -434,7 +434,6 @@ def main():
         "| model | tp | tok/s | / tp 1 | tokens equal tp 1 |",
         "|---|---|---|---|---|",
     ]
-    tp, breakdown = tp
     names = {"small": "~5M params (hidden 256, 4 layers)", "medium": "~111M params (hidden 1024, 8 layers)"}
     for size, rows in tp.items():
         for world, (speed, same) in rows.items():
