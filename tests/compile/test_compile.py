@@ -443,24 +443,64 @@ COLLECTIVE_SCRIPT = r"""
 import os, tempfile, torch, torch_neuronx
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
+torch_neuronx.metrics.set_enabled(True)
 dist.init_process_group("neuron", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
-f = torch.compile(lambda x: funcol.all_reduce(x * 2, "sum", dist.group.WORLD) + 1, backend="neuron")
-x = torch.arange(6.0, device="neuron")
-out = f(x)
-torch.testing.assert_close(out.cpu(), x.cpu() * 2 + 1)
+group = dist.group.WORLD
+
+def f(x, w):
+    h = funcol.all_reduce(torch.relu(x @ w), "sum", group)  # tensor parallelism's row-parallel output
+    y = torch.sigmoid(h) * 2 + x.sum()
+    return funcol.all_reduce(y, "avg", group), h.t()  # an output that is a view
+
+compiled = torch.compile(f, backend="neuron")
+x, w = torch.randn(4, 8), torch.randn(8, 8)
+out, view = compiled(x.to("neuron"), w.to("neuron"))
+h = torch.relu(x @ w)  # one rank: the all-reduces give their input back
+expected, expected_view = torch.sigmoid(h) * 2 + x.sum(), h.t()
+torch.testing.assert_close(out.cpu(), expected)
+torch.testing.assert_close(view.cpu(), expected_view)
 (record,) = torch_neuronx.get_dynamo_metrics()
-print(record.has_collectives, out.device)
+programs = torch_neuronx.metrics.get_counter_value("CompilationCache.TotalCompilations")
+print(record.has_collectives, out.device, programs)
 dist.destroy_process_group()
 """
 
 
-def test_a_graph_with_collectives_runs_op_by_op_and_is_recorded(tmp_path):
-    """Tensor parallelism's compiled decode step has all-reduces: such a graph runs through the
-    dispatcher (the program executor does not run collectives yet), recorded has_collectives."""
+def test_a_graph_with_collectives_is_cut_into_programs_at_them(tmp_path):
+    """Tensor parallelism's compiled decode step has all-reduces: such a graph is cut at its
+    collectives (Note [Graphs with collectives]); the runs of other nodes between them are
+    compiled programs (here 3: before, between and after the two all-reduces), the collectives
+    run through the dispatcher; one record, has_collectives. Values (and an output that is a view
+    of a collective's result) equal eager's."""
     result = run_python(COLLECTIVE_SCRIPT, {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff"),
                                             "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split()[-2:] == ["True", "neuron:0"], result.stdout
+    assert result.stdout.split()[-3:] == ["True", "neuron:0", "3"], result.stdout
+
+
+def test_the_cut_keeps_graph_order_and_collective_results_out_of_programs():
+    """segments._partitions: a collective, its wait_tensor and the getitems of its results are
+    dispatched; runs of other nodes alternate with them in graph order (work placed between a
+    collective and its wait stays there)."""
+    import operator
+    from torch_neuron_sim.compile import segments
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    a = graph.call_function(torch.ops.aten.mul.Tensor, (x, x))
+    reduced = graph.call_function(torch.ops._c10d_functional.all_reduce.default, (a, "sum", "0"))
+    between = graph.call_function(torch.ops.aten.add.Tensor, (x, x))
+    gathered = graph.call_function(torch.ops._c10d_functional.all_gather_into_tensor_coalesced.default,
+                                   ([between], 1, "0"))
+    first = graph.call_function(operator.getitem, (gathered, 0))
+    waited = graph.call_function(torch.ops._c10d_functional.wait_tensor.default, (reduced,))
+    waited_first = graph.call_function(torch.ops._c10d_functional.wait_tensor.default, (first,))
+    out = graph.call_function(torch.ops.aten.add.Tensor, (waited, waited_first))
+    graph.output(out)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    partition, dispatched = segments._partitions(gm)
+    assert [partition[n] for n in (a, reduced, between, gathered, first, waited, waited_first, out)] == \
+        [0, 1, 2, 3, 3, 3, 3, 4]
+    assert dispatched == {1, 3}
 
 
 def test_the_aotautograd_key_covers_grad_mode_and_shared_storage():

@@ -29,7 +29,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._inductor.output_code import OutputCode
 
 from .. import _C, dynamo_metrics, op_set
-from . import cache, debug, passes, torch_patches
+from . import cache, debug, passes, segments, torch_patches
 from .lowering import lower
 
 log = logging.getLogger("torch_neuronx")
@@ -252,10 +252,10 @@ def _aot_cache_key(mod, example_inputs, aot_config, compiler_config_extra=None):
 
 @dataclasses.dataclass
 class CollectiveGraphCode(OutputCode):
-    """A graph with collectives (tensor parallelism's all-reduces, DTensor's redistributions):
-    the program executor does not run collectives yet, so such a graph runs op by op through
-    the dispatcher on neuron tensors, after AOTAutograd (as TorchNeuron records them:
-    has_collectives). Not kept in AOTAutograd's cache."""
+    """A graph with collectives (tensor parallelism's all-reduces, DTensor's redistributions), cut
+    at them (Note [Graphs with collectives], segments.py): its segments run as programs, its
+    collectives through the dispatcher (TorchNeuron records such graphs has_collectives). Not kept
+    in AOTAutograd's cache (its segments' programs are in the program cache)."""
     gm: Any = None
     name: str = ""
 
@@ -267,7 +267,7 @@ class CollectiveGraphCode(OutputCode):
         return self.gm.forward(given[0] if boxed else list(given))
 
     def prepare_for_serialization(self):
-        raise BypassAOTAutogradCache(f"graph {self.name} has collectives: it runs op by op and is not cached")
+        raise BypassAOTAutogradCache(f"graph {self.name} has collectives: it is cut at them and not cached")
 
     def post_compile(self, example_inputs, constants, graph_kwargs):
         pass
@@ -276,24 +276,23 @@ class CollectiveGraphCode(OutputCode):
         pass
 
 
-_COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d", "_dtensor")
-
-
-def _collectives(gm):
-    return [node for node in gm.graph.nodes if node.op == "call_function"
-            and getattr(node.target, "namespace", None) in _COLLECTIVE_NAMESPACES]
-
-
 def _collective_graph(gm, context, graph_type):
     from torch.fx.graph import _BoxedCodeGen
     started = time.perf_counter_ns()
     name = _graph_name(context, graph_type)
-    gm.graph.set_codegen(_BoxedCodeGen())
-    gm.recompile()
-    code = CollectiveGraphCode(gm=gm, name=name)
-    _record_graph(name, "", context, len(gm.graph.nodes), has_collectives=True, fx_passes_us=0, lower_us=0,
+
+    def compile_segment(segment, example_inputs, index):
+        return _compile_program(segment, example_inputs, context=context, graph_type=graph_type,
+                                name=f"{name}_segment_{index}", segment=True)
+
+    nodes = len(gm.graph.nodes)
+    cut = segments.split_at_collectives(gm, compile_segment)
+    cut.graph.set_codegen(_BoxedCodeGen())
+    cut.recompile()
+    code = CollectiveGraphCode(gm=cut, name=name)
+    _record_graph(name, "", context, nodes, has_collectives=True, fx_passes_us=0, lower_us=0,
                   compile_us=(time.perf_counter_ns() - started) // 1000, cache_hit=False)
-    log.info("graph %s has collectives: it runs op by op", name)
+    log.info("graph %s has collectives: cut at them into programs", name)
     return code
 
 
@@ -330,11 +329,14 @@ def _record_graph(name, key, context, nodes, *, has_collectives, fx_passes_us, l
         recompile_reason=context.get("recompile_reason") if context else None, cache_hit=cache_hit))
 
 
-def _record_compiled(code, context, payload_bytes, started, *, fx_passes_us, lower_us, compile_us, cache_hit):
+def _record_compiled(code, context, payload_bytes, started, *, fx_passes_us, lower_us, compile_us, cache_hit,
+                     graph=True):
+    """graph=False for a segment of a graph with collectives: that graph has the one record."""
     _C.metrics_record("CompilationCache.CompilationTime", (time.perf_counter_ns() - started) / 1e9)
     _C.metrics_record("CompilationCache.NeffSize", float(payload_bytes))
-    _record_graph(code.name, code.key, context, code.nodes, has_collectives=False, fx_passes_us=fx_passes_us,
-                  lower_us=lower_us, compile_us=compile_us, cache_hit=cache_hit)
+    if graph:
+        _record_graph(code.name, code.key, context, code.nodes, has_collectives=False, fx_passes_us=fx_passes_us,
+                      lower_us=lower_us, compile_us=compile_us, cache_hit=cache_hit)
     log.info("[NEFF_CACHE] Cache %s for key: %s (%s)", "HIT" if cache_hit else "MISS", code.key, code.name)
 
 
@@ -358,9 +360,13 @@ def _compile_graph(gm, example_inputs, *, context, graph_type):
 
 
 def _compile_graph_now(gm, example_inputs, *, context, graph_type):
-    if _collectives(gm):
+    if segments.collectives(gm):
         return _collective_graph(gm, context, graph_type)
-    name = _graph_name(context, graph_type)
+    return _compile_program(gm, example_inputs, context=context, graph_type=graph_type,
+                            name=_graph_name(context, graph_type))
+
+
+def _compile_program(gm, example_inputs, *, context, graph_type, name, segment=False):
     started = time.perf_counter_ns()
     device = context["device"]
     key = cache.key_for(gm, example_inputs, graph_type)
@@ -392,7 +398,7 @@ def _compile_graph_now(gm, example_inputs, *, context, graph_type):
                              nodes=int(program.metadata.get("nodes", 0)), program=program,
                              fallback_gm=gm if context["fallback"] else None)
     _record_compiled(code, context, payload_bytes, started, fx_passes_us=fx_passes_us, lower_us=lower_us,
-                     compile_us=compile_us, cache_hit=found is not None)
+                     compile_us=compile_us, cache_hit=found is not None, graph=not segment)
     debug.preserve(name, gm, program)
     return code
 

@@ -1,0 +1,77 @@
+"""Note [Graphs with collectives]
+The program executor runs no collectives. A graph that has them (tensor parallelism's all-reduces
+in a compiled decode step, DTensor's redistributions) is cut at them: each maximal run of other
+nodes becomes a segment compiled into a program as any graph is; the collectives (with
+wait_tensor and the getitems of their results) run between the segments, through the dispatcher,
+in the graph's order. The cut keeps the graph's node order (split_module with
+keep_original_order), so work the graph placed between a collective and its wait_tensor stays
+there: it may overlap the collective.
+
+What a segment receives and returns is what split_module makes of the graph: the values
+defined before it and used in or after it. Before this, such graphs ran op by op (a decode step
+of a ~5M-parameter Llama on 2 ranks ran at a third of one rank's speed compiled, slower than
+eager); see BENCHMARKS.md for what the cut gives."""
+import operator
+
+import torch
+from torch.fx.passes.split_module import split_module
+
+COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d", "_dtensor")
+
+
+def is_collective(node):
+    return node.op == "call_function" and getattr(node.target, "namespace", None) in COLLECTIVE_NAMESPACES
+
+
+def collectives(gm):
+    return [node for node in gm.graph.nodes if is_collective(node)]
+
+
+def _partitions(gm):
+    """Node -> partition number, in graph order: a new partition starts wherever a node changes
+    between running through the dispatcher (a collective, or a getitem of one of its results)
+    and running in a program. Returns the map and the partitions that run through the dispatcher."""
+    partition, dispatched, number, current = {}, set(), -1, None
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output", "get_attr"):
+            continue
+        eager = is_collective(node) or (node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node)
+                                        and node.args[0] in partition and partition[node.args[0]] in dispatched)
+        if eager != current:
+            number, current = number + 1, eager
+            if eager:
+                dispatched.add(number)
+        partition[node] = number
+    return partition, dispatched
+
+
+class Segment(torch.nn.Module):
+    """A compiled segment in the cut graph: runs its program, returns its outputs as a tuple."""
+
+    def __init__(self, code):
+        super().__init__()
+        self.code = code
+
+    def forward(self, *args):
+        return tuple(self.code(*args))
+
+
+def split_at_collectives(gm, compile_segment):
+    """The graph cut at its collectives (Note [Graphs with collectives]): a GraphModule whose
+    compute segments are Segment modules made by compile_segment(segment_gm, example_inputs, index),
+    and whose collective partitions are GraphModules run by the dispatcher."""
+    partition, dispatched = _partitions(gm)
+    cut = split_module(gm, None, lambda node: partition[node], keep_original_order=True, tuple_return=True)
+    index = 0
+    for node in cut.graph.nodes:
+        if node.op != "call_module":
+            continue
+        number = int(node.target.rsplit("_", 1)[1])
+        if number in dispatched:
+            continue
+        segment = getattr(cut, node.target)
+        inputs = [p.meta.get("val") for p in segment.graph.nodes if p.op == "placeholder"]
+        setattr(cut, node.target, Segment(compile_segment(segment, inputs, index)))
+        index += 1
+    cut.recompile()
+    return cut
