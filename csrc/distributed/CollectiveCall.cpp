@@ -188,7 +188,10 @@ c10::intrusive_ptr<c10d::Work> CollectiveCall::run_queued(std::function<void()> 
                                               std::move(outputs), nullptr, std::move(finish_steps_), future_devices());
   CollectiveQueue& queue = queue_;
   const Clock::time_point deadline = deadline_;
-  auto task = [&queue, work, deadline, shm, body = std::move(body)]() mutable {
+  // Issuing waits for the end in launch-blocking mode (issued()), and a synchronous caller
+  // waits next: either way the calling thread can run it, in the queue's order.
+  const bool here = caller_waits_ || runtime().launch_blocking();
+  auto task = [&queue, work, deadline, shm, here, body = std::move(body)]() mutable {
     std::exception_ptr error;
     try {
       queue.wait_transport_works();
@@ -205,14 +208,19 @@ c10::intrusive_ptr<c10d::Work> CollectiveCall::run_queued(std::function<void()> 
     }
     if (error && shm && shm->zero_copy()) keep_lent_memory(std::move(body));
     work->transport_finished(error);
-    release_off_transport(std::move(work), std::move(body));
+    if (here) {
+      // The caller holds the Work (run_queued's `work`) and its tensors (the call's arguments)
+      // until it returns: these are not the last references, and dropping them takes no GIL.
+      work.reset();
+      body = nullptr;
+    } else {
+      release_off_transport(std::move(work), std::move(body));
+    }
   };
-  // Issuing waits for the end in launch-blocking mode (issued()), and a synchronous caller
-  // waits next: either way the calling thread can run it, in the queue's order.
-  if (caller_waits_ || runtime().launch_blocking()) {
+  if (here) {
     queue.run_inline(std::move(task));
   } else {
-    queue.enqueue(std::move(task));
+    work->set_queued(queue.lane(), queue.enqueue(std::move(task)));
   }
   return issued(work);
 }

@@ -2,6 +2,10 @@
 #include "CollectiveQueue.h"
 
 #include <c10/core/Device.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdlib>
 
 #include <utility>
 
@@ -9,60 +13,104 @@
 
 namespace torch_neuron {
 
-CollectiveQueue::~CollectiveQueue() { stop(); }
+// ---- TaskLane: Note [Waiters run their collectives] ----------------------------------------
 
-void CollectiveQueue::enqueue(std::function<void()> task) {
+std::chrono::microseconds TaskLane::grace_default() {
+  if (const char* setting = std::getenv("NEURON_SIM_COLLECTIVE_GRACE_US")) {
+    char* end = nullptr;
+    const long value = std::strtol(setting, &end, 10);
+    TORCH_CHECK_VALUE(end != setting && *end == '\0' && value >= 0, "NEURON_SIM_COLLECTIVE_GRACE_US='", setting,
+                      "': give a number of microseconds, 0 or more");
+    return std::chrono::microseconds(value);
+  }
+  return runtime().shared_cores() ? std::chrono::microseconds(500) : std::chrono::microseconds(0);
+}
+
+TaskLane::~TaskLane() { stop(); }
+
+uint64_t TaskLane::enqueue(std::function<void()> task) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!thread_.joinable()) {
     thread_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mutex_);
       for (;;) {
-        ready_.wait(lock, [&] { return !inline_running_ && (stopping_ || !tasks_.empty()); });
-        if (tasks_.empty()) return;
-        std::function<void()> task = std::move(tasks_.front());
-        tasks_.pop_front();
-        lock.unlock();
-        task();  // never throws: it completes its Work with the error
-        task = nullptr;
-        lock.lock();
-        ++finished_;
-        done_.notify_all();
+        ready_.wait(lock, [&] { return !running_ && (stopping_ || !tasks_.empty()); });
+        if (tasks_.empty()) return;  // stopping, and every task has run
+        const TimePoint due = tasks_.front().due;
+        if (!stopping_ && std::chrono::steady_clock::now() < due) {
+          ready_.wait_until(lock, due);  // a waiter may take it meanwhile
+          continue;
+        }
+        run_front(lock);
       }
     });
   }
-  tasks_.push_back(std::move(task));
-  ++submitted_;
+  tasks_.push_back({std::move(task), std::chrono::steady_clock::now() + grace_});
+  ready_.notify_one();
+  return ++submitted_;
+}
+
+void TaskLane::run_front(std::unique_lock<std::mutex>& lock) {
+  std::function<void()> task = std::move(tasks_.front().task);
+  tasks_.pop_front();
+  running_ = true;
+  lock.unlock();
+  task();  // never throws: it completes its Work with the error
+  task = nullptr;
+  lock.lock();
+  running_ = false;
+  ++finished_;
+  done_.notify_all();
   ready_.notify_one();
 }
 
-void CollectiveQueue::run_inline(std::function<void()> task) {
+void TaskLane::run_inline(std::function<void()> task) {
   std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return finished_ >= submitted_; });  // the tasks before it (and any inline one)
-  inline_running_ = true;
+  done_.wait(lock, [&] { return !running_ && finished_ >= submitted_; });  // the tasks before it
+  running_ = true;
   ++submitted_;
   lock.unlock();
   task();  // never throws: it completes its Work with the error
   task = nullptr;
   lock.lock();
-  inline_running_ = false;
+  running_ = false;
   ++finished_;
   done_.notify_all();
   ready_.notify_one();  // tasks queued meanwhile
 }
 
-void CollectiveQueue::wait_queued() {
+void TaskLane::run_until(uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (finished_ < ticket) {
+    if (!running_ && !tasks_.empty()) {
+      run_front(lock);  // the next in order is at or before `ticket`: finished_ < ticket
+    } else {
+      done_.wait(lock);
+    }
+  }
+}
+
+void TaskLane::wait_queued() {
   std::unique_lock<std::mutex> lock(mutex_);
   const uint64_t target = submitted_;
   done_.wait(lock, [&] { return finished_ >= target; });
 }
 
-void CollectiveQueue::stop() {
+void TaskLane::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   ready_.notify_all();
   if (thread_.joinable()) thread_.join();  // its queued collectives end (or time out) first
+}
+
+// ---- CollectiveQueue ------------------------------------------------------------------------
+
+CollectiveQueue::~CollectiveQueue() { stop(); }
+
+void CollectiveQueue::stop() {
+  lane_->stop();
   last_transport_work_.reset();
 }
 

@@ -17,16 +17,75 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 namespace torch_neuron {
+
+// Note [Waiters run their collectives]
+// An asynchronous collective (every functional collective: DTensor's redistributions, a compiled
+// graph's all-reduces) is queued for the communication thread, and its caller usually waits for
+// it a moment later. Handing it over costs two thread wake-ups; where the host's cores are fewer
+// than two per local rank (torchrun's LOCAL_WORLD_SIZE), the communication thread also takes a
+// core the ranks' host threads are using. So a wait() for a collective the communication thread
+// has not started runs it (and those queued before it, in order) on the waiting thread, and
+// there the communication thread leaves a task queued for a grace period before it takes it
+// (NEURON_SIM_COLLECTIVE_GRACE_US; default 500 us on shared cores (Note [Shared cores] in
+// Launch.h), else 0): a caller that waits
+// within it saves both hops; one that does not (a bucket of DDP's gradients, a wait after other
+// work) finds it started by the thread, in the order issued, as before. One task runs at a
+// time, on whichever thread, in the order queued; a wait with its own timeout does not run
+// tasks (the task may block until the collective's deadline).
+class TaskLane {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  explicit TaskLane(std::chrono::microseconds grace) : grace_(grace) {}
+  TaskLane(const TaskLane&) = delete;
+  TaskLane& operator=(const TaskLane&) = delete;
+  ~TaskLane();  // stop()
+
+  // The grace period of the setting and this host (Note [Waiters run their collectives]).
+  static std::chrono::microseconds grace_default();
+
+  // Queues `task` (which must not throw) and returns its ticket; the communication thread
+  // starts with the first task.
+  uint64_t enqueue(std::function<void()> task);
+  // Runs `task` on the calling thread, after the tasks before it and before those after it.
+  void run_inline(std::function<void()> task);
+  // Runs the tasks up to `ticket` that nobody has started on the calling thread, in order, and
+  // returns once `ticket` has run.
+  void run_until(uint64_t ticket);
+  // Blocks until the tasks queued so far have run.
+  void wait_queued();
+  // Ends the thread once every task has run (tasks run by a waiter included).
+  void stop();
+
+ private:
+  struct Queued {
+    std::function<void()> task;
+    TimePoint due;  // when the communication thread may take it
+  };
+  // Takes the front task, runs it with the lock released, counts it. The lock is held on entry
+  // and on return.
+  void run_front(std::unique_lock<std::mutex>& lock);
+
+  const std::chrono::microseconds grace_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable ready_, done_;
+  std::deque<Queued> tasks_;
+  uint64_t submitted_ = 0, finished_ = 0;
+  bool stopping_ = false;
+  bool running_ = false;  // one task runs (on the thread or a caller's)
+};
 
 class CollectiveQueue {
  public:
@@ -40,16 +99,20 @@ class CollectiveQueue {
   void set_has_shared_path(bool has) { has_shared_path_ = has; }
 
   // Runs `task` on the communication thread (started by the first task) after the tasks
-  // queued before it. `task` must not throw: it completes its Work with its error.
-  void enqueue(std::function<void()> task);
+  // queued before it, or on a thread waiting for it (Note [Waiters run their collectives]):
+  // returns its ticket for lane()->run_until(). `task` must not throw: it completes its Work
+  // with its error.
+  uint64_t enqueue(std::function<void()> task) { return lane_->enqueue(std::move(task)); }
+  // The tasks' lane, which a Work keeps to run its task when waited for.
+  const std::shared_ptr<TaskLane>& lane() const { return lane_; }
   // Runs `task` on the calling thread, in the same order: after the tasks queued before it, and
   // before any queued after it starts. For a caller that would block until the task ends anyway
   // (launch-blocking mode, a synchronous collective): no hop to the communication thread and
   // back, two thread wake-ups per collective. `task` must not throw.
-  void run_inline(std::function<void()> task);
+  void run_inline(std::function<void()> task) { lane_->run_inline(std::move(task)); }
   // Blocks until the tasks queued so far have run (a Gloo collective waits for those issued
   // before it).
-  void wait_queued();
+  void wait_queued() { lane_->wait_queued(); }
   // Ends the communication thread once the tasks queued have run (or timed out), and drops
   // the last Gloo work. The group's destructor calls it before it drops the transports.
   void stop();
@@ -73,13 +136,7 @@ class CollectiveQueue {
   c10::Stream comm_stream(c10::DeviceIndex device);
 
  private:
-  std::thread thread_;
-  std::mutex mutex_;
-  std::condition_variable ready_, done_;
-  std::deque<std::function<void()>> tasks_;
-  uint64_t submitted_ = 0, finished_ = 0;
-  bool stopping_ = false;
-  bool inline_running_ = false;  // a task runs on a caller's thread (run_inline): the thread waits
+  std::shared_ptr<TaskLane> lane_ = std::make_shared<TaskLane>(TaskLane::grace_default());
 
   bool has_shared_path_ = false;
   std::mutex transport_mutex_;

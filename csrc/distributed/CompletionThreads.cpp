@@ -144,6 +144,12 @@ void CompletionThreads::wait_for_exit(std::chrono::milliseconds limit) {
 }
 
 void release_with_gil(std::function<void()> release) {
+  // A collective run on a thread that holds the GIL (a synchronous caller's, a waiter's: Note
+  // [Waiters run their collectives]) drops its references at once: nothing waits for the GIL.
+  if (Py_IsInitialized() && !_Py_IsFinalizing() && PyGILState_Check()) {
+    release();
+    return;
+  }
   Releaser::get().post([release = std::move(release)] {
     if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // left to the exit
     // The GIL is taken here, not inside the destructors `release` runs: Python may begin

@@ -88,8 +88,9 @@ class CompletionThreads {
 // thread, not one per finished collective; nothing waits for a release, so one blocked on the
 // GIL holds up only the releases behind it.
 
-// Runs `release` on the releaser thread with the GIL held; never once Python is finalizing or
-// after Python's atexit drained the releaser (what `release` would drop is left to the exit).
+// Runs `release` with the GIL held: at once on a thread that holds it, else on the releaser
+// thread; never once Python is finalizing or after Python's atexit drained the releaser (what
+// `release` would drop is left to the exit).
 void release_with_gil(std::function<void()> release);
 
 // Drops `held` (moved from) on the releaser thread (Note [Releasing a Work off the transport's threads]).

@@ -87,6 +87,7 @@ bool NeuronWork::wait(Milliseconds timeout) {
   // for: give its error a moment to arrive.
   const Clock::time_point limit =
       explicit_timeout ? Clock::now() + timeout : deadline_ + (transport_work_ ? Milliseconds(0) : Milliseconds(500));
+  if (lane_ && !explicit_timeout && !isCompleted()) lane_->run_until(ticket_);  // Note [Waiters run their collectives]
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_until(lock, limit, [&] { return completed_; })) {

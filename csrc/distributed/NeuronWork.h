@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "CollectiveQueue.h"
+
 namespace torch_neuron {
 
 using Clock = std::chrono::steady_clock;
@@ -86,6 +88,12 @@ class NeuronWork final : public c10d::Work {
   // Its future completes right after, on a completion thread (Note [Completion threads]):
   // waiting for that thread here would add a thread hop to every synchronous collective.
   bool wait(Milliseconds timeout) override;
+  // A collective queued for the communication thread: a wait() without a timeout of its own
+  // runs it there if the thread has not started it (Note [Waiters run their collectives]).
+  void set_queued(std::shared_ptr<TaskLane> lane, uint64_t ticket) {
+    lane_ = std::move(lane);
+    ticket_ = ticket;
+  }
   void abort() override;
   // The last strong reference went; weak ones (the group's list of pending works, for
   // abort()) keep the object, not what it holds: the tensors are released now.
@@ -125,6 +133,8 @@ class NeuronWork final : public c10d::Work {
   std::atomic<bool> done_{false};
   c10::DeviceIndex device_ = -1;  // set at issue, before the Work is handed out
   uint64_t device_end_ns_ = 0;
+  std::shared_ptr<TaskLane> lane_;  // set at issue (set_queued), before the Work is handed out
+  uint64_t ticket_ = 0;
 };
 
 }  // namespace torch_neuron
