@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 
 #include "HostWait.h"
@@ -28,7 +29,10 @@ bool asynchronous() { return !runtime().launch_blocking(); }
 int64_t inline_bytes_limit() {
   static const int64_t limit = [] {
     const char* value = std::getenv("NEURON_SIM_INLINE_BYTES");
-    return value && *value ? std::max<int64_t>(0, std::atoll(value)) : int64_t(64) << 10;
+    if (value && *value) return std::max<int64_t>(0, std::atoll(value));
+    // Note [Shared cores]: a queued op would wait for the worker to get a core the host thread
+    // could have run it on; every op on an idle stream runs at the call.
+    return runtime().shared_cores() ? std::numeric_limits<int64_t>::max() : int64_t(64) << 10;
   }();
   return limit;
 }

@@ -77,8 +77,19 @@ c10::DeviceIndex run_here_on(c10::DeviceIndex device);
 // more memory, and every op while its stream has work, are queued. The estimate counts the
 // operands (and, where the meta kernel gave them, the outputs); a broadcast of two small
 // operands into a large output may run at the call, which changes where it runs, not what
-// it computes. NEURON_SIM_INLINE_BYTES sets the limit (default 64 KiB; 0 queues every op
-// that can be queued).
+// it computes. NEURON_SIM_INLINE_BYTES sets the limit (default 64 KiB, none on shared cores;
+// 0 queues every op that can be queued).
+//
+// Note [Shared cores]
+// Where the host has fewer than two cores per process of the job (Runtime::shared_cores():
+// torchrun's ranks on a small machine), a stream's worker thread has no core of its own: a
+// queued op or program waits until the worker gets the core that the host thread, soon
+// waiting for it, could have run it on, and each hand-over is a wake-up and a context switch.
+// So there: every op and every compiled program whose stream is idle runs at the call (as in
+// launch-blocking mode, but a stream with work queued still queues behind it); the idle
+// worker polls briefly (Stream::kSharedCoresIdlePoll); and an asynchronous collective waits a
+// moment for its caller to run it (Note [Waiters run their collectives]). Measured (2 ranks
+// on 2 cores, a ~5M-parameter Llama, tensor-parallel greedy decode): BENCHMARKS.md.
 int64_t inline_bytes_limit();
 // The bytes a tensor operand covers (0 when undefined), for that estimate.
 inline int64_t bytes_of(const at::Tensor& t) { return t.defined() ? int64_t(t.nbytes()) : 0; }

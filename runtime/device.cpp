@@ -82,9 +82,11 @@ Runtime::Runtime() : topology_(Topology::from_environment()) {
   const char* poll_setting = std::getenv("NEURON_SIM_IDLE_POLL_US");
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const int processes = local_world ? std::max(1, std::atoi(local_world)) : 1;
+  shared_cores_ = setting_is("NEURON_SIM_SHARED_CORES", "1") ||
+                  (unsigned(2 * processes) > cores && !setting_is("NEURON_SIM_SHARED_CORES", "0"));
   const std::chrono::microseconds idle_poll =
       poll_setting ? std::chrono::microseconds(std::max(0L, std::atol(poll_setting)))
-                   : (unsigned(2 * processes) <= cores ? Stream::kIdlePoll : Stream::kSharedCoresIdlePoll);
+                   : (shared_cores_ ? Stream::kSharedCoresIdlePoll : Stream::kIdlePoll);
   if (int(topology_.visible.size()) > kMaxDevices) {
     throw Error(ErrorCode::kInvalidArgument, "more than 512 visible cores are not supported");
   }

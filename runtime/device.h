@@ -51,6 +51,10 @@ class Runtime {
   int device_count() const { return int(devices_.size()); }
   bool launch_blocking() const { return launch_blocking_; }
   bool memory_guard() const { return memory_guard_; }
+  // Note [Shared cores]: the host has fewer than two cores per process of this job (torchrun's
+  // LOCAL_WORLD_SIZE on hardware_concurrency()), so a worker thread beside a host thread takes
+  // the core another rank's host thread needs. NEURON_SIM_SHARED_CORES=0/1 overrides.
+  bool shared_cores() const { return shared_cores_; }
 
   // Throws Error(kInvalidDevice) naming the valid range and NEURON_RT_VISIBLE_CORES.
   void check_device(int64_t device) const;
@@ -93,6 +97,7 @@ class Runtime {
   Topology topology_;
   bool launch_blocking_ = true;
   bool memory_guard_ = false;
+  bool shared_cores_ = false;
   std::vector<std::unique_ptr<DeviceState>> devices_;
 };
 
