@@ -1,8 +1,9 @@
 """DTensor random ops on neuron meshes (issue 26): the same values as one device with the same
 seed, on a 1-D mesh (2 ranks) and a 2-D mesh (2 x 2, 4 ranks), under torchrun with the c10d
 backend "neuron" (tests/distributed/dtensor_random_worker.py says what each check compares). Also
-PyTorch's own DTensor random tests, when a copy of them is given (they are in PyTorch's
-sources, not in the wheel): tests/distributed/run_pytorch_dtensor_random_tests.py."""
+PyTorch's own DTensor random tests (test/distributed/tensor/test_random_ops.py of PyTorch's sources,
+not in the wheel; a copy in third_party/pytorch, see its README), run by
+tests/distributed/run_pytorch_dtensor_random_tests.py."""
 import json
 import os
 import subprocess
@@ -37,18 +38,20 @@ def test_dtensor_random_ops_give_one_devices_values(tmp_path, ranks):
     assert not failed, "\n".join(f"{name}:\n{outcome}" for name, outcome in failed.items())
 
 
-PYTORCH_TESTS = os.environ.get("PYTORCH_DTENSOR_RANDOM_TESTS", "")
+PYTORCH_TESTS = os.environ.get("PYTORCH_DTENSOR_RANDOM_TESTS") or os.path.join(HERE, "third_party", "pytorch",
+                                                                                "test_random_ops.py")
 
 
 @pytest.mark.distributed_extra
 @pytest.mark.distributed4
-@pytest.mark.skipif(not os.path.isfile(PYTORCH_TESTS),
-                    reason="PyTorch's test/distributed/tensor/test_random_ops.py is not in the torch wheel: "
-                           "set PYTORCH_DTENSOR_RANDOM_TESTS to a copy of it (from PyTorch's sources) to run it")
 def test_pytorch_dtensor_random_tests(tmp_path):
+    """4 ranks: every test of the file runs but DistTensorRandomOpsTest3D's (8 ranks; it passes in a
+    launch of 8 with NEURON_LOGICAL_NC_CONFIG=1, third_party/pytorch/README.md). At this copy's
+    commit: 19 pass, 19 fail for the two reasons in PyTorch 2.13 the harness lists (KNOWN_FAILURES),
+    3 are skipped (8 ranks; PyTorch's own skip). Any other failure fails this test."""
     result = torchrun("run_pytorch_dtensor_random_tests.py", [PYTORCH_TESTS, str(tmp_path)], 4, timeout=1800)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     with open(tmp_path / "summary.json") as report:
         summary = json.load(report)
     assert not summary["failed"], summary["failed"]
-    assert len(summary["passed"]) >= 15
+    assert len(summary["passed"]) >= 19, summary
