@@ -160,25 +160,29 @@ def collectives(world):
 
 
 def tp_generate(tokens, rounds=2):
-    """bench/tp_generate.py for tp 1 (no torchrun), 2 and 4, per model size: tokens/s (median over
-    `rounds` rounds, the three run one after another in each) and whether the tokens equal tp 1's;
-    and for the small model, where the time of a step goes on each rank (--breakdown) at tp 1 and 2."""
+    """bench/tp_generate.py for tp 1 (no torchrun), 2 and 4, per model size, eager and compiled
+    (--compiled): tokens/s (median over `rounds` rounds, the six runs of a size one after another in
+    each) and whether the tokens equal tp 1's; and for the small model, where the time of an eager
+    step goes on each rank (--breakdown) at tp 1 and 2."""
     import json
     script = os.path.join(HERE, "tp_generate.py")
     results, breakdowns = {}, {}
+    modes = {"eager": [], "compiled": ["--compiled"]}
     for size in ("small", "medium"):
         with tempfile.TemporaryDirectory() as model:
             subprocess.run([sys.executable, script, model, "--make", "--size", size], check=True, capture_output=True)
-            speeds, same = {1: [], 2: [], 4: []}, {}
+            speeds = {(mode, world): [] for mode in modes for world in (1, 2, 4)}
+            same = {}
             for _ in range(rounds):
-                one = json.loads(subprocess.run([sys.executable, script, model, "--tokens", str(tokens)], check=True,
-                                                capture_output=True, text=True).stdout.strip().splitlines()[-1])
-                speeds[1].append(one["tok_s"])
-                for world in (2, 4):
-                    got = json.loads(torchrun(world, "tp_generate.py", model, "--tokens", str(tokens)))
-                    speeds[world].append(got["tok_s"])
-                    same[world] = same.get(world, True) and got["tokens"] == one["tokens"]
-            results[size] = {world: (statistics.median(s), same.get(world, True)) for world, s in speeds.items()}
+                for mode, flags in modes.items():
+                    one = json.loads(subprocess.run([sys.executable, script, model, "--tokens", str(tokens), *flags],
+                                                    check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+                    speeds[mode, 1].append(one["tok_s"])
+                    for world in (2, 4):
+                        got = json.loads(torchrun(world, "tp_generate.py", model, "--tokens", str(tokens), *flags))
+                        speeds[mode, world].append(got["tok_s"])
+                        same[mode, world] = same.get((mode, world), True) and got["tokens"] == one["tokens"]
+            results[size] = {key: (statistics.median(s), same.get(key, True)) for key, s in speeds.items()}
             if size == "small":
                 breakdowns[1] = json.loads(subprocess.run(
                     [sys.executable, script, model, "--tokens", str(tokens), "--breakdown"], check=True,
@@ -428,16 +432,23 @@ def main():
         "",
         f"Tensor-parallel greedy generation (bench/tp_generate.py: Llama-style models, float32, random weights, "
         f"{tokens} tokens after an 8-token prompt, `DistributedConfig(tp_size=n)` under torchrun; tp 1 is one "
-        f"process with `device_map=\"neuron\"`; medians of 2 rounds, each running tp 1, 2 and 4 in turn). "
+        f"process with `device_map=\"neuron\"`; eager, and compiled with `cache_implementation=\"static\"` "
+        f"(the decode step compiled by the neuron backend, cut at its all-reduces under TP); medians of 2 rounds, "
+        f"each running tp 1, 2 and 4 eager, then compiled, in turn). "
         f"Targets (issue 26): tp 2 / tp 1 >= 1.0 and tp 4 / tp 1 >= 0.5 (4 ranks on 2 cores).",
         "",
-        "| model | tp | tok/s | / tp 1 | tokens equal tp 1 |",
-        "|---|---|---|---|---|",
+        "| model | tp | eager tok/s | / tp 1 | compiled tok/s | / tp 1 | tokens equal tp 1 (eager, compiled) |",
+        "|---|---|---|---|---|---|---|",
     ]
     names = {"small": "~5M params (hidden 256, 4 layers)", "medium": "~111M params (hidden 1024, 8 layers)"}
     for size, rows in tp.items():
-        for world, (speed, same) in rows.items():
-            lines.append(f"| {names[size]} | {world} | {speed:.1f} | {speed / rows[1][0]:.2f} | {'yes' if same else 'NO'} |")
+        for world in (1, 2, 4):
+            cells = []
+            for mode in ("eager", "compiled"):
+                speed = rows[mode, world][0]
+                cells += [f"{speed:.1f}", f"{speed / rows[mode, 1][0]:.2f}"]
+            equal = ", ".join("yes" if rows[mode, world][1] else "NO" for mode in ("eager", "compiled"))
+            lines.append(f"| {names[size]} | {world} | {' | '.join(cells)} | {equal} |")
     groups = ("collectives", "dtensor", "matmuls", "rest", "total")
     lines += [
         "",

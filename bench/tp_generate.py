@@ -84,6 +84,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--size", choices=sorted(SIZES), default="small", help="with --make")
     parser.add_argument("--breakdown", action="store_true")
+    parser.add_argument("--compiled", action="store_true")
     args = parser.parse_args()
     if args.make:
         return make(args.model, args.size)
@@ -96,8 +97,10 @@ def main():
         model = AutoModelForCausalLM.from_pretrained(args.model, device_map="neuron")
     ids = torch.tensor([[1, 300, 301, 302, 303, 304, 305, 306]], device=model.device)
 
+    options = {"cache_implementation": "static"} if args.compiled else {}
+
     def generate():
-        return model.generate(ids, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False)
+        return model.generate(ids, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False, **options)
 
     generate()
     if args.breakdown:
