@@ -301,8 +301,9 @@ void bind_programs(py::module& m) {
                   },
                   py::arg("cache"), py::arg("key"), py::arg("device"))
       // Without the GIL: run() may wait for another call of the program, or for a stream.
-      .def("run", [](ProgramExecutor& self, const std::vector<at::Tensor>& inputs) { return self.run(inputs); },
-           py::call_guard<py::gil_scoped_release>())
+      .def("run", [](ProgramExecutor& self, const std::vector<at::Tensor>& inputs,
+                     bool within_graph) { return self.run(inputs, within_graph); },
+           py::arg("inputs"), py::arg("within_graph") = false, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("name", [](const ProgramExecutor& self) { return self.program().name; })
       .def_property_readonly("calls", &ProgramExecutor::calls)
       .def_property_readonly("direct_nodes", &ProgramExecutor::direct_nodes)

@@ -470,6 +470,10 @@ std::vector<ProgramStepOperands> program_step_operands(const neuron_rt::ProgramD
 // program's cost per call (DeviceClock.h, cost_of_program).
 void ProgramExecutor::describe_cost() {
   cost_ = std::make_unique<neuron_rt::WorkCost>(cost_of_program(program_step_operands(program_, device_)));
+  cost_within_graph_ = std::make_unique<neuron_rt::WorkCost>(*cost_);
+  const uint64_t launch = uint64_t(std::llround(cost_->fixed_ns));
+  cost_within_graph_->ns -= std::min(launch, cost_within_graph_->ns);
+  cost_within_graph_->fixed_ns = 0;
 }
 
 // Note [Fixed values keep their metadata]
@@ -693,7 +697,7 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
   }
 }
 
-std::vector<at::Tensor> ProgramExecutor::run(const std::vector<at::Tensor>& inputs) {
+std::vector<at::Tensor> ProgramExecutor::run(const std::vector<at::Tensor>& inputs, bool within_graph) {
   TORCH_CHECK(inputs.size() == program_.inputs.size(), "compiled graph ", program_.name, " takes ",
               program_.inputs.size(), " inputs, got ", inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -717,7 +721,7 @@ std::vector<at::Tensor> ProgramExecutor::run(const std::vector<at::Tensor>& inpu
   c10::DeviceGuard guard(c10::Device(kNeuron, device_));
   bind_call(*state, inputs, outputs);
   LaunchOperands described;
-  described.cost = cost_.get();
+  described.cost = within_graph && cost_within_graph_ ? cost_within_graph_.get() : cost_.get();
   note_launch(LaunchPath::kProgram, program_.name.c_str(), device_, &stream, described);  // one launch per call
   if (rt.launch_blocking() || runs_inline_ || (rt.shared_cores() && stream.query() && !stream.failure())) {
     // Inline also in asynchronous mode when the program draws random numbers (draws happen in

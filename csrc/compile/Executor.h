@@ -52,7 +52,10 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
  public:
   ProgramExecutor(neuron_rt::ProgramDesc program, c10::DeviceIndex device);
   ~ProgramExecutor();
-  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs);
+  // `within_graph`: a later part of one compiled graph cut at its collectives (Note [Graphs with
+  // collectives]): the device runs such a graph as one program, launched once, so this call's
+  // predicted device time has no launch cost of its own (Note [Device clock]).
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, bool within_graph = false);
 
   const neuron_rt::ProgramDesc& program() const { return program_; }
   c10::DeviceIndex device() const { return device_; }
@@ -87,6 +90,7 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   std::vector<std::unique_ptr<Step>> steps_;
   std::atomic<uint64_t> calls_{0};
   std::unique_ptr<neuron_rt::WorkCost> cost_;  // its predicted device time per call (null: the clock is off)
+  std::unique_ptr<neuron_rt::WorkCost> cost_within_graph_;  // the same without the launch (run(within_graph))
   bool runs_inline_ = false;  // also in asynchronous mode (see run())
   const void* arena_stream_ = nullptr;  // the stream of the last call (the arena's user)
   uint64_t arena_marker_ = 0;

@@ -461,6 +461,16 @@ torch.testing.assert_close(out.cpu(), expected)
 torch.testing.assert_close(view.cpu(), expected_view)
 (record,) = torch_neuronx.get_dynamo_metrics()
 programs = torch_neuronx.metrics.get_counter_value("CompilationCache.TotalCompilations")
+import gc
+from torch_neuron_sim.compile import backend, segments
+(code,) = [o for o in gc.get_objects() if type(o) is backend.CollectiveGraphCode]
+parts = [m.code for m in code.gm.modules() if isinstance(m, segments.Segment)]
+# one launch per graph call in the device clock: the later segments run within the graph
+assert [p.within_graph for p in parts] == [False, True, True], [p.within_graph for p in parts]
+program, inputs = parts[0].program, [x.to("neuron"), w.to("neuron")]
+before = torch_neuronx.device_time(); program.run(inputs); alone = torch_neuronx.device_time() - before
+before = torch_neuronx.device_time(); program.run(inputs, True); within = torch_neuronx.device_time() - before
+assert abs((alone - within) * 1e3 - 50) < 1e-3, (alone, within)  # ms; trn2's program_launch_ns, 50 us
 print(record.has_collectives, out.device, programs)
 dist.destroy_process_group()
 """
@@ -471,7 +481,9 @@ def test_a_graph_with_collectives_is_cut_into_programs_at_them(tmp_path):
     collectives (Note [Graphs with collectives]); the runs of other nodes between them are
     compiled programs (here 3: before, between and after the two all-reduces), the collectives
     run through the dispatcher; one record, has_collectives. Values (and an output that is a view
-    of a collective's result) equal eager's."""
+    of a collective's result) equal eager's. The device clock charges one program launch per
+    call of the graph (the device runs it as one program): the later segments run within_graph,
+    which costs their steps without program_launch_ns."""
     result = run_python(COLLECTIVE_SCRIPT, {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff"),
                                             "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")})
     assert result.returncode == 0, result.stderr

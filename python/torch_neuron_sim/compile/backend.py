@@ -177,6 +177,7 @@ class NeuronProgramCode(OutputCode):
     nodes: int = 0
     program: Any = dataclasses.field(default=None, repr=False, compare=False)
     fallback_gm: Any = dataclasses.field(default=None, repr=False, compare=False)
+    within_graph: bool = False  # a later segment of a graph cut at its collectives (one launch per graph)
     # Note [Boxed calls through torch._dynamo.disable]: AOTAutograd calls a compiled graph with one
     # list of arguments, which the graph may clear to free them early, when the callable it holds
     # has _boxed_call; otherwise it warns ("... doesn't take boxed arguments") and passes them one
@@ -194,7 +195,7 @@ class NeuronProgramCode(OutputCode):
         args = given[0] if boxed else list(given)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         try:
-            results = self.program.run(tensors)
+            results = self.program.run(tensors, self.within_graph)
         except RuntimeError as error:
             if self.fallback_gm is None:
                 raise NEFFExecutionError(f"compiled graph {self.name} failed: {error}") from error
@@ -282,8 +283,12 @@ def _collective_graph(gm, context, graph_type):
     name = _graph_name(context, graph_type)
 
     def compile_segment(segment, example_inputs, index):
-        return _compile_program(segment, example_inputs, context=context, graph_type=graph_type,
+        code = _compile_program(segment, example_inputs, context=context, graph_type=graph_type,
                                 name=f"{name}_segment_{index}", segment=True)
+        # The device runs the graph as one program (TorchNeuron's NEFF holds its collectives):
+        # one launch per call, the first segment's, in the device clock.
+        code.within_graph = index > 0
+        return code
 
     nodes = len(gm.graph.nodes)
     cut = segments.split_at_collectives(gm, compile_segment)
