@@ -177,7 +177,7 @@ GUARDED_TESTS := tests/kernels/test_ops.py tests/device/test_generate.py tests/d
 	tests/device/test_memory.py tests/device/test_serialization.py tests/device/test_streams.py tests/kernels/test_rng.py
 test-python-guarded: build
 	NEURON_SIM_MEMORY_GUARD=1 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(GUARDED_TESTS)
-	NEURON_SIM_MEMORY_GUARD=1 NEURON_LAUNCH_BLOCKING=0 NEURON_SIM_INLINE_BYTES=0 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(GUARDED_TESTS)
+	NEURON_SIM_MEMORY_GUARD=1 NEURON_LAUNCH_BLOCKING=0 NEURON_SIM_INLINE_BYTES=0 NEURON_SIM_SHARED_CORES=0 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(GUARDED_TESTS)
 
 clean:
 	rm -rf build dist build-runtime build-asan build-tsan build-fuzz python/torch_neuron_sim/_C*.so $(EXTENSION) *.egg-info python/*.egg-info

@@ -505,11 +505,14 @@ def main():
         "\"direct\" AVX512-BF16, and with \"none\" (AVX2-only x86, arm64) every product is at::mm's and",
         "neuron's bfloat16 decode runs at about CPU eager's speed less the per-op cost. The float32 rows,",
         "the per-op row, the collectives and the tensor-parallel rows do not use it.",
-        "Tensor parallelism divides each rank's work, not its per-step overhead: every linear layer",
-        "gets transformers' TP hooks and DTensor's Python around it, every layer two all-reduces, and",
-        "the ranks wait for each other at each one. A decode step of the small model is almost all such",
-        "overhead (the breakdown), so there it cannot gain; the medium model's step reads 445 MB of",
-        "weights, which two ranks halve.",
+        "Tensor parallelism divides each rank's kernels, not its host work: every rank runs all of",
+        "generate's Python and every op of the model (on half the sizes), and adds transformers' TP hooks",
+        "and DTensor's Python around the linear layers and a wait at each all-reduce (two per layer).",
+        "A decode step of the small model is almost all such host work (the breakdown), so there it",
+        "cannot gain; the medium model's step reads 445 MB of weights, which two ranks halve. Compiled,",
+        "the model's Python and per-op dispatch go: each rank runs one program per stretch between",
+        "all-reduces (Note [Graphs with collectives]), and what stays per rank is generate's Python,",
+        "the programs' nodes and the all-reduces.",
     ]
     with open(args.output, "w") as handle:
         handle.write("\n".join(lines) + "\n")

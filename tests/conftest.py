@@ -34,7 +34,7 @@ QUEUED_RUN = os.environ.get("NEURON_LAUNCH_BLOCKING") == "0" and os.environ.get(
 def every_op_queued(test_file):
     """Runs the test file `test_file` again in asynchronous mode with every op queued
     (NEURON_LAUNCH_BLOCKING=0, NEURON_SIM_INLINE_BYTES=0) and asserts that it passes."""
-    env = dict(os.environ, NEURON_LAUNCH_BLOCKING="0", NEURON_SIM_INLINE_BYTES="0")
+    env = dict(os.environ, NEURON_LAUNCH_BLOCKING="0", NEURON_SIM_INLINE_BYTES="0", NEURON_SIM_SHARED_CORES="0")
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file],
                             env=env, capture_output=True, text=True, timeout=900, cwd=TESTS)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

@@ -723,11 +723,13 @@ std::vector<at::Tensor> ProgramExecutor::run(const std::vector<at::Tensor>& inpu
   LaunchOperands described;
   described.cost = within_graph && cost_within_graph_ ? cost_within_graph_.get() : cost_.get();
   note_launch(LaunchPath::kProgram, program_.name.c_str(), device_, &stream, described);  // one launch per call
-  if (rt.launch_blocking() || runs_inline_ || (rt.shared_cores() && stream.query() && !stream.failure())) {
+  if (rt.launch_blocking() || runs_inline_ ||
+      (rt.shared_cores() && inline_bytes_limit() > 0 && stream.query() && !stream.failure())) {
     // Inline also in asynchronous mode when the program draws random numbers (draws happen in
     // program order with the host's, as eager random ops do), runs a non-ATen kernel (which
     // may need the GIL) or produces host values the caller reads at once; and on an idle
-    // stream when the host's cores are shared (Note [Shared cores] in Launch.h).
+    // stream when the host's cores are shared (Note [Shared cores] in Launch.h) unless
+    // NEURON_SIM_INLINE_BYTES=0 queues everything.
     if (!rt.launch_blocking()) synchronize_stream(stream);
     neuron_rt::GuardScope scope;
     scope.add(arena_.get());

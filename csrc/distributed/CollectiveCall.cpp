@@ -89,7 +89,7 @@ void keep_lent_memory(std::function<void()> body) {
 
 CollectiveCall::CollectiveCall(CollectiveQueue& queue, const char* name, std::string what, int rank,
                                c10::DeviceIndex device, c10d::OpType type, Milliseconds limit, int ranks,
-                               bool across_hosts)
+                               bool across_hosts, bool caller_waits)
     : queue_(queue),
       name_(name),
       what_(std::move(what)),
@@ -99,7 +99,8 @@ CollectiveCall::CollectiveCall(CollectiveQueue& queue, const char* name, std::st
       limit_(limit),
       deadline_(Clock::now() + limit_),
       ranks_(ranks),
-      across_hosts_(across_hosts) {}
+      across_hosts_(across_hosts),
+      caller_waits_(caller_waits) {}
 
 at::Tensor CollectiveCall::host(const at::Tensor& tensor) {
   if (!tensor.defined()) return tensor;

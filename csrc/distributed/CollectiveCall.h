@@ -60,8 +60,12 @@ class CollectiveCall {
   // group '0', rank 1 of 2"). `device`: the group's, for a call whose tensors name none.
   // `limit`: the call's timeout. `ranks`, `across_hosts`: the group's size and whether it spans
   // hosts (instances), for the device clock (Note [Device clock]: NeuronLink within, EFA across).
+  // `caller_waits`: the caller waits for this collective's end before it goes on (c10d's asyncOp
+  // false: dist.all_reduce without async_op). Then, as in launch-blocking mode, where issuing a
+  // collective waits for it anyway, run_queued runs the body on the calling thread (run_inline).
   CollectiveCall(CollectiveQueue& queue, const char* name, std::string what, int rank, c10::DeviceIndex device,
-                 c10d::OpType type, Milliseconds limit, int ranks = 1, bool across_hosts = false);
+                 c10d::OpType type, Milliseconds limit, int ranks = 1, bool across_hosts = false,
+                 bool caller_waits = false);
 
   // Runs `body` (which starts the collective) with this collective named in its errors; fails
   // once the group was aborted.
@@ -123,11 +127,6 @@ class CollectiveCall {
   c10::intrusive_ptr<c10d::Work> start(c10::intrusive_ptr<c10d::Work> transport_work,
                                        const std::vector<at::Tensor>& outputs);
 
-  // The caller waits for this collective's end before it goes on (c10d's asyncOp false:
-  // dist.all_reduce without async_op). With launch-blocking mode, where issuing a collective
-  // waits for it anyway, run_queued then runs the body on the calling thread (run_inline).
-  void caller_waits(bool waits) { caller_waits_ = waits; }
-
   CollectiveQueue& queue() const { return queue_; }
   int rank() const { return rank_; }
   Clock::time_point deadline() const { return deadline_; }
@@ -152,10 +151,10 @@ class CollectiveCall {
   const Clock::time_point deadline_;
   c10::DeviceIndex device_ = -1;
   bool ready_ = false;
-  bool caller_waits_ = false;
   bool launched_ = false;
   const int ranks_;
   const bool across_hosts_;
+  const bool caller_waits_;
   uint64_t payload_bytes_ = 0;  // the largest buffer handed to host() at once (one tensor, list or list of lists)
   std::vector<std::function<void()>> finish_steps_;
 };

@@ -2,6 +2,7 @@
 #include "CollectiveQueue.h"
 
 #include <c10/core/Device.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -50,13 +51,24 @@ uint64_t TaskLane::enqueue(std::function<void()> task) {
   return ++submitted_;
 }
 
+namespace {
+// A task runs the collective's own CPU ops (staging copies, AVG's division) on host views: on a
+// caller's thread as on the communication thread, with no Python dispatch mode seeing them (a
+// wait() is not an op, so a mode active around it would).
+void run_task(std::function<void()>& task) {
+  c10::impl::ExcludeDispatchKeyGuard no_python(
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot, c10::DispatchKey::PreDispatch}));
+  task();  // never throws: it completes its Work with the error
+  task = nullptr;
+}
+}  // namespace
+
 void TaskLane::run_front(std::unique_lock<std::mutex>& lock) {
   std::function<void()> task = std::move(tasks_.front().task);
   tasks_.pop_front();
   running_ = true;
   lock.unlock();
-  task();  // never throws: it completes its Work with the error
-  task = nullptr;
+  run_task(task);
   lock.lock();
   running_ = false;
   ++finished_;
@@ -66,12 +78,12 @@ void TaskLane::run_front(std::unique_lock<std::mutex>& lock) {
 
 void TaskLane::run_inline(std::function<void()> task) {
   std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return !running_ && finished_ >= submitted_; });  // the tasks before it
+  run_queued_until(lock, submitted_);  // the tasks before it
+  done_.wait(lock, [&] { return !running_; });
   running_ = true;
   ++submitted_;
   lock.unlock();
-  task();  // never throws: it completes its Work with the error
-  task = nullptr;
+  run_task(task);
   lock.lock();
   running_ = false;
   ++finished_;
@@ -79,8 +91,7 @@ void TaskLane::run_inline(std::function<void()> task) {
   ready_.notify_one();  // tasks queued meanwhile
 }
 
-void TaskLane::run_until(uint64_t ticket) {
-  std::unique_lock<std::mutex> lock(mutex_);
+void TaskLane::run_queued_until(std::unique_lock<std::mutex>& lock, uint64_t ticket) {
   while (finished_ < ticket) {
     if (!running_ && !tasks_.empty()) {
       run_front(lock);  // the next in order is at or before `ticket`: finished_ < ticket
@@ -90,10 +101,14 @@ void TaskLane::run_until(uint64_t ticket) {
   }
 }
 
+void TaskLane::run_until(uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  run_queued_until(lock, ticket);
+}
+
 void TaskLane::wait_queued() {
   std::unique_lock<std::mutex> lock(mutex_);
-  const uint64_t target = submitted_;
-  done_.wait(lock, [&] { return finished_ >= target; });
+  run_queued_until(lock, submitted_);
 }
 
 void TaskLane::stop() {

@@ -41,9 +41,11 @@ namespace torch_neuron {
 // (NEURON_SIM_COLLECTIVE_GRACE_US; default 500 us on shared cores (Note [Shared cores] in
 // Launch.h), else 0): a caller that waits
 // within it saves both hops; one that does not (a bucket of DDP's gradients, a wait after other
-// work) finds it started by the thread, in the order issued, as before. One task runs at a
-// time, on whichever thread, in the order queued; a wait with its own timeout does not run
-// tasks (the task may block until the collective's deadline).
+// work) finds it started by the thread, in the order issued, as before. A synchronous
+// collective, and one on Gloo, first run the tasks queued before them the same way. One task
+// runs at a time, on whichever thread, in the order queued, with no Python dispatch mode
+// seeing its CPU ops; a wait with its own timeout does not run tasks (the task may block until
+// the collective's deadline).
 class TaskLane {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
@@ -58,12 +60,13 @@ class TaskLane {
   // Queues `task` (which must not throw) and returns its ticket; the communication thread
   // starts with the first task.
   uint64_t enqueue(std::function<void()> task);
-  // Runs `task` on the calling thread, after the tasks before it and before those after it.
+  // Runs `task` on the calling thread, after the tasks before it (those nobody has started run
+  // here first) and before those after it.
   void run_inline(std::function<void()> task);
   // Runs the tasks up to `ticket` that nobody has started on the calling thread, in order, and
   // returns once `ticket` has run.
   void run_until(uint64_t ticket);
-  // Blocks until the tasks queued so far have run.
+  // Returns once the tasks queued so far have run (those nobody has started run here).
   void wait_queued();
   // Ends the thread once every task has run (tasks run by a waiter included).
   void stop();
@@ -76,6 +79,8 @@ class TaskLane {
   // Takes the front task, runs it with the lock released, counts it. The lock is held on entry
   // and on return.
   void run_front(std::unique_lock<std::mutex>& lock);
+  // run_until() with the lock held.
+  void run_queued_until(std::unique_lock<std::mutex>& lock, uint64_t ticket);
 
   const std::chrono::microseconds grace_;
   std::thread thread_;

@@ -310,15 +310,20 @@ std::string ProcessGroupNeuron::describe(const std::string& collective) const {
   return collective + " on " + group + ", rank " + std::to_string(rank_) + " of " + std::to_string(size_);
 }
 
-CollectiveCall ProcessGroupNeuron::call(const char* name, c10d::OpType type, std::chrono::milliseconds timeout) {
+CollectiveCall ProcessGroupNeuron::call(const char* name, c10d::OpType type, std::chrono::milliseconds timeout,
+                                        bool caller_waits) {
   return CollectiveCall(queue_, name, describe(name), rank_, device_, type,
-                        timeout.count() > 0 ? timeout : options_->timeout, size_, spans_hosts_);
+                        timeout.count() > 0 ? timeout : options_->timeout, size_, spans_hosts_, caller_waits);
+}
+
+template <typename CallOptions>
+CollectiveCall ProcessGroupNeuron::call(const char* name, c10d::OpType type, const CallOptions& opts) {
+  return call(name, type, opts.timeout, !opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
-  CollectiveCall call = this->call("broadcast", c10d::OpType::BROADCAST, opts.timeout);
-  call.caller_waits(!opts.asyncOp);
+  CollectiveCall call = this->call("broadcast", c10d::OpType::BROADCAST, opts);
   return call.run([&] {
     auto views = call.host(tensors);
     if (shm_ && views.size() == 1 && opts.rootTensor == 0) {
@@ -346,14 +351,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
-  CollectiveCall call = this->call("allreduce", c10d::OpType::ALLREDUCE, opts.timeout);
-  call.caller_waits(!opts.asyncOp);
+  CollectiveCall call = this->call("allreduce", c10d::OpType::ALLREDUCE, opts);
   return call.run([&] { return all_reduce(call, tensors, opts, /*coalesced=*/false); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                        const c10d::AllreduceCoalescedOptions& opts) {
-  CollectiveCall call = this->call("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
+  CollectiveCall call = this->call("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts);
   return call.run([&] { return all_reduce(call, tensors, opts, /*coalesced=*/true); });
 }
 
@@ -392,7 +396,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::all_reduce(CollectiveCall& ca
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::ReduceOptions& opts) {
-  CollectiveCall call = this->call("reduce", c10d::OpType::REDUCE, opts.timeout);
+  CollectiveCall call = this->call("reduce", c10d::OpType::REDUCE, opts);
   return call.run([&] {
     const Reduction reduction = plan_reduction(opts.reduceOp, tensors);
     auto sent = reduction_inputs(call, reduction, call.host(tensors), /*receives=*/rank_ == opts.rootRank, size_);
@@ -405,8 +409,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                              std::vector<at::Tensor>& inputs,
                                                              const c10d::AllgatherOptions& opts) {
-  CollectiveCall call = this->call("allgather", c10d::OpType::ALLGATHER, opts.timeout);
-  call.caller_waits(!opts.asyncOp);
+  CollectiveCall call = this->call("allgather", c10d::OpType::ALLGATHER, opts);
   return call.run([&] {
     auto output_views = call.host(outputs);
     auto input_views = call.host(inputs);
@@ -440,8 +443,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::AllgatherOptions& opts) {
-  CollectiveCall call = this->call("_allgather_base", c10d::OpType::_ALLGATHER_BASE, opts.timeout);
-  call.caller_waits(!opts.asyncOp);
+  CollectiveCall call = this->call("_allgather_base", c10d::OpType::_ALLGATHER_BASE, opts);
   return call.run([&] {
     std::vector<at::Tensor> outputs{output};
     std::vector<at::Tensor> inputs{input};
@@ -452,7 +454,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& o
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  CollectiveCall call = this->call("allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts.timeout);
+  CollectiveCall call = this->call("allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts);
   return call.run([&] {
     return into_lists(call, *transport_, output_lists, inputs,
                       [&](c10d::Backend& gloo, ListsOfViews& output_views, Views& input_views) {
@@ -463,14 +465,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  CollectiveCall call = this->call("allgather_into_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
+  CollectiveCall call = this->call("allgather_into_tensor_coalesced", c10d::OpType::COALESCED, opts);
   return call.run([&] { return all_gather_tensors(call, *transport_, shm_.get(), size_, outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::GatherOptions& opts) {
-  CollectiveCall call = this->call("gather", c10d::OpType::GATHER, opts.timeout);
+  CollectiveCall call = this->call("gather", c10d::OpType::GATHER, opts);
   return call.run([&] {
     return into_lists(call, *transport_, outputs, inputs,
                       [&](c10d::Backend& gloo, ListsOfViews& output_views, Views& input_views) {
@@ -482,7 +484,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vecto
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(std::vector<at::Tensor>& outputs,
                                                            std::vector<std::vector<at::Tensor>>& inputs,
                                                            const c10d::ScatterOptions& opts) {
-  CollectiveCall call = this->call("scatter", c10d::OpType::SCATTER, opts.timeout);
+  CollectiveCall call = this->call("scatter", c10d::OpType::SCATTER, opts);
   return call.run([&] {
     auto output_views = movable(call.host(outputs));
     auto input_views = movable(call.host(inputs));
@@ -493,8 +495,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                   std::vector<std::vector<at::Tensor>>& inputs,
                                                                   const c10d::ReduceScatterOptions& opts) {
-  CollectiveCall call = this->call("reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts.timeout);
-  call.caller_waits(!opts.asyncOp);
+  CollectiveCall call = this->call("reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts);
   return call.run([&] {
     TORCH_CHECK(inputs.size() == outputs.size(), "reduce_scatter takes one list of inputs per output, got ",
                 inputs.size(), " lists for ", outputs.size(), " outputs");
@@ -531,8 +532,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                         const c10d::ReduceScatterOptions& opts) {
-  CollectiveCall call = this->call("_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout);
-  call.caller_waits(!opts.asyncOp);
+  CollectiveCall call = this->call("_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, opts);
   return call.run([&] {
     std::vector<at::Tensor> outputs{output};
     std::vector<at::Tensor> inputs{input};
@@ -543,7 +543,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tens
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   CollectiveCall call =
-      this->call("reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts.timeout);
+      this->call("reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts);
   return call.run([&] {
     return reduce_scatter_tensors(call, *transport_, shm_.get(), rank_, size_, outputs, inputs, opts);
   });
@@ -553,7 +553,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& out
                                                                  std::vector<int64_t>& output_split_sizes,
                                                                  std::vector<int64_t>& input_split_sizes,
                                                                  const c10d::AllToAllOptions& opts) {
-  CollectiveCall call = this->call("alltoall_base", c10d::OpType::ALLTOALL_BASE, opts.timeout);
+  CollectiveCall call = this->call("alltoall_base", c10d::OpType::ALLTOALL_BASE, opts);
   return call.run([&] {
     at::Tensor output_view = movable(call.host(output));
     at::Tensor input_view = movable(call.host(input));
@@ -566,7 +566,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& out
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tensor>& outputs,
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllToAllOptions& opts) {
-  CollectiveCall call = this->call("alltoall", c10d::OpType::ALLTOALL, opts.timeout);
+  CollectiveCall call = this->call("alltoall", c10d::OpType::ALLTOALL, opts);
   return call.run([&] {
     auto output_views = call.host(outputs);
     auto input_views = call.host(inputs);
@@ -638,7 +638,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(std::vector<at:
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions& opts) {
-  CollectiveCall call = this->call("barrier", c10d::OpType::BARRIER, opts.timeout);
+  CollectiveCall call = this->call("barrier", c10d::OpType::BARRIER, opts);
   return call.run([&] {
     // The work queued on this rank's device before the barrier has run when it returns.
     if (shm_) return call.run_shared(*shm_, [](neuron_rt::ShmGroup& group) { group.barrier(); }, std::vector<at::Tensor>());

@@ -149,8 +149,13 @@ class ProcessGroupNeuron final : public c10d::Backend {
   void shutdown() override;
 
  private:
-  // The call of collective `name` (`timeout`: the call's; not positive: the group's).
-  CollectiveCall call(const char* name, c10d::OpType type, std::chrono::milliseconds timeout);
+  // The call of collective `name` (`timeout`: the call's; not positive: the group's;
+  // `caller_waits`: CollectiveCall's).
+  CollectiveCall call(const char* name, c10d::OpType type, std::chrono::milliseconds timeout,
+                      bool caller_waits = false);
+  // The same with the caller's options: their timeout, and whether the caller waits (not asyncOp).
+  template <typename CallOptions>
+  CollectiveCall call(const char* name, c10d::OpType type, const CallOptions& opts);
   // allreduce and allreduce_coalesced: `coalesced` reduces every tensor on its own (else
   // several tensors are reduced together, Gloo's multi-device form).
   c10::intrusive_ptr<c10d::Work> all_reduce(CollectiveCall& call, std::vector<at::Tensor>& tensors,

@@ -471,6 +471,16 @@ program, inputs = parts[0].program, [x.to("neuron"), w.to("neuron")]
 before = torch_neuronx.device_time(); program.run(inputs); alone = torch_neuronx.device_time() - before
 before = torch_neuronx.device_time(); program.run(inputs, True); within = torch_neuronx.device_time() - before
 assert abs((alone - within) * 1e3 - 50) < 1e-3, (alone, within)  # ms; trn2's program_launch_ns, 50 us
+
+# A segment the compiler cannot lower runs op by op (review 26, finding 1): a scalar computed
+# before a collective (item() under capture_scalar_outputs) and used after it; the first segment
+# would return it, which a program cannot.
+torch._dynamo.config.capture_scalar_outputs = True
+def g(x):
+    n = x.argmax().item()
+    return funcol.all_reduce(x, "sum", group) + n
+z = torch.arange(4.0)
+torch.testing.assert_close(torch.compile(g, backend="neuron")(z.to("neuron")).cpu(), z + 3)
 print(record.has_collectives, out.device, programs)
 dist.destroy_process_group()
 """
@@ -513,6 +523,36 @@ def test_the_cut_keeps_graph_order_and_collective_results_out_of_programs():
     assert [partition[n] for n in (a, reduced, between, gathered, first, waited, waited_first, out)] == \
         [0, 1, 2, 3, 3, 3, 3, 4]
     assert dispatched == {1, 3}
+
+    # a getitem goes with the node it takes from, also after a collective (review 26, finding 2:
+    # it was a program's input, a tuple)
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    largest = graph.call_function(torch.ops.aten.max.dim, (x, 0))
+    reduced = graph.call_function(torch.ops._c10d_functional.all_reduce.default, (x, "sum", "0"))
+    values = graph.call_function(operator.getitem, (largest, 0))
+    out = graph.call_function(torch.ops.aten.add.Tensor, (values, reduced))
+    graph.output(out)
+    partition, dispatched = segments._partitions(torch.fx.GraphModule(torch.nn.Module(), graph))
+    assert [partition[n] for n in (largest, reduced, values, out)] == [0, 1, 0, 2] and dispatched == {1}
+
+
+def test_a_graph_returning_a_scalar_it_computes_is_refused():
+    """A program returns tensors and constants: a scalar the graph computes (item() under
+    capture_scalar_outputs) was returned as the symbol u0 (review 26, finding 1's neighbour); now
+    the graph is refused with the reason (fallback_execution runs it eagerly)."""
+    import torch._dynamo.config as dynamo_config
+    with dynamo_config.patch(capture_scalar_outputs=True):
+        f = torch.compile(lambda x: (x * 2, x.argmax().item()), backend="neuron")
+        with pytest.raises(Exception, match="the graph returns a scalar it computes"):
+            f(torch.arange(4.0, device="neuron"))
+        torch._dynamo.reset()
+        eager = torch.compile(lambda x: (x * 2, x.argmax().item()), backend="neuron",
+                              options={"fallback_execution": True})
+        with pytest.warns(UserWarning, match="running the graph eagerly"):
+            doubled, index = eager(torch.arange(4.0, device="neuron"))
+        assert index == 3 and doubled.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+    torch._dynamo.reset()
 
 
 def test_the_aotautograd_key_covers_grad_mode_and_shared_storage():

@@ -12,7 +12,7 @@ def test_feature_suites_pass_in_asynchronous_mode():
     # [Small ops on an idle stream]), so ops at the call and queued ones interleave. `make
     # test` also runs the guarded subset with every op queued (NEURON_SIM_INLINE_BYTES=0), as
     # do the queue-machinery cases of test_async_faults.py.
-    env = dict(os.environ, NEURON_LAUNCH_BLOCKING="0")
+    env = dict(os.environ, NEURON_LAUNCH_BLOCKING="0", NEURON_SIM_SHARED_CORES="0")
     suites = ["kernels/test_ops.py", "device/test_autograd_amp.py", "device/test_memory.py", "kernels/test_rng.py",
               "device/test_threads_fork.py", "device/test_generate.py::test_forward_logits_match_cpu"]
     result = subprocess.run(
@@ -33,7 +33,7 @@ def test_hot_ops_run_on_the_stream_thread():
         "print(pending, torch.neuron.current_stream().query())\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=dict(os.environ, NEURON_LAUNCH_BLOCKING="0"), timeout=120)
+                            env=dict(os.environ, NEURON_LAUNCH_BLOCKING="0", NEURON_SIM_SHARED_CORES="0"), timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "True"]
 
@@ -56,7 +56,7 @@ def enqueued(f):
 
 def run_small_ops(code, **env):
     result = subprocess.run([sys.executable, "-c", SMALL_OPS + code], capture_output=True, text=True,
-                            env=dict(os.environ, NEURON_LAUNCH_BLOCKING="0", **env), timeout=120)
+                            env=dict(os.environ, NEURON_LAUNCH_BLOCKING="0", NEURON_SIM_SHARED_CORES="0", **env), timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout.split()
 

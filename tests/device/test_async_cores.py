@@ -12,7 +12,8 @@ from conftest import ROOT
 
 
 def idle_poll(**env):
-    full = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "NEURON_SIM_IDLE_POLL_US")}
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("LOCAL_WORLD_SIZE", "NEURON_SIM_IDLE_POLL_US", "NEURON_SIM_SHARED_CORES")}
     full.update(env)
     out = subprocess.run([sys.executable, "-c", "import torch, torch_neuronx; print(torch_neuronx._sim._C.idle_poll_us())"],
                          env=full, capture_output=True, text=True, timeout=120)
@@ -27,6 +28,9 @@ def test_idle_poll_leaves_cores_to_other_ranks():
     assert idle_poll(LOCAL_WORLD_SIZE=str(many)) == 70
     assert idle_poll(LOCAL_WORLD_SIZE=str(many), NEURON_SIM_IDLE_POLL_US="250") == 250
     assert idle_poll(NEURON_SIM_IDLE_POLL_US="0") == 0
+    # NEURON_SIM_SHARED_CORES says it instead of the count (Note [Shared cores])
+    assert idle_poll(NEURON_SIM_SHARED_CORES="1") == 70
+    assert idle_poll(LOCAL_WORLD_SIZE=str(many), NEURON_SIM_SHARED_CORES="0") == 1000
 
 
 def test_bench_decode_modes_reports_a_failing_child():
@@ -54,3 +58,32 @@ def test_the_callers_thread_setting_is_left_alone(mode):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "2"
+
+
+SHARED_CORES_CODE = """
+import torch, torch_neuronx
+counters = torch_neuronx._sim._C.stream_counters
+a = torch.randn(512, 512, device="neuron")
+a @ a  # the first call of a signature runs at once (its meta kernel is checked)
+f = torch.compile(lambda x: (x @ x).relu(), backend="neuron")
+f(a)
+torch.neuron.synchronize()
+before = counters()[0]
+a @ a  # 1 MiB operands: past NEURON_SIM_INLINE_BYTES's 64 KiB
+f(a)
+torch.neuron.synchronize()
+print(counters()[0] - before)
+"""
+
+
+@pytest.mark.parametrize("shared, queued", [("0", 2), ("1", 0)])
+def test_on_shared_cores_ops_and_programs_on_an_idle_stream_run_at_the_call(shared, queued):
+    """Note [Shared cores]: with fewer than two cores per local rank, asynchronous mode runs a
+    large op and a compiled program at the call when their stream is idle (a queued one waited
+    for the worker to get the core the host thread had); otherwise both are queued."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "NEURON_SIM_INLINE_BYTES")}
+    env.update(NEURON_LAUNCH_BLOCKING="0", NEURON_SIM_SHARED_CORES=shared)
+    out = subprocess.run([sys.executable, "-c", SHARED_CORES_CODE], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.split()[-1]) == queued, out.stdout

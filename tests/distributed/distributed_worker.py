@@ -629,6 +629,9 @@ def tp_scenario(model_dir, out_dir):
     else:
         model = AutoModelForCausalLM.from_pretrained(
             model_dir, distributed_config=DistributedConfig(tp_size=dist.get_world_size()))
+    # the weights this rank holds (after generate, memory also holds the KV cache and, compiled,
+    # the programs' arenas: one per stretch of the graph between all-reduces)
+    RESULTS["memory_after_load"] = [True, torch.neuron.memory_allocated(model.device)]
     prompt = torch.tensor(json.loads(os.environ["TP_PROMPT"]), device=model.device)
     options = {}
     if os.environ.get("TP_STATIC") == "1":  # transformers compiles the decode step (backend "neuron")

@@ -9,6 +9,7 @@ TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 or options={"fallback_execution": Tru
 run the graph eagerly with a warning naming why. Programs are cached in memory and on disk
 (cache.py); every compiled graph leaves a record for get_dynamo_metrics()."""
 import contextlib
+import copy
 import dataclasses
 import functools
 import json
@@ -283,8 +284,15 @@ def _collective_graph(gm, context, graph_type):
     name = _graph_name(context, graph_type)
 
     def compile_segment(segment, example_inputs, index):
-        code = _compile_program(segment, example_inputs, context=context, graph_type=graph_type,
-                                name=f"{name}_segment_{index}", segment=True)
+        try:
+            code = _compile_program(copy.deepcopy(segment), example_inputs, context=context, graph_type=graph_type,
+                                    name=f"{name}_segment_{index}", segment=True)
+        except Exception as error:  # noqa: BLE001
+            # Runs op by op, as the whole graph did before graphs were cut (the passes ran on a
+            # copy: the segment is as traced).
+            log.info("graph %s: segment %d cannot be compiled (%s: %s); it runs op by op", name, index,
+                     type(error).__name__, error)
+            return None
         # The device runs the graph as one program (TorchNeuron's NEFF holds its collectives):
         # one launch per call, the first segment's, in the device clock.
         code.within_graph = index > 0

@@ -349,6 +349,11 @@ class Lowering:
             if item is None:
                 self.layout.append(("constant", None))
                 continue
+            if isinstance(item, Node) and isinstance(item.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                # A value the program computes on the host (item() with capture_scalar_outputs):
+                # the layout holds only tensors and constants, so it cannot be returned.
+                raise LoweringError(f"{item.format_node()}: the graph returns a scalar it computes "
+                                    f"({item.meta['val']}); only tensors and constants can be program outputs")
             mapped = self.node_values[item] if isinstance(item, Node) else item
             if isinstance(mapped, int) and isinstance(item, Node) and _is_tensor(item.meta.get("val")):
                 root = self._root_of(mapped)

@@ -29,14 +29,17 @@ def collectives(gm):
 
 def _partitions(gm):
     """Node -> partition number, in graph order: a new partition starts wherever a node changes
-    between running through the dispatcher (a collective, or a getitem of one of its results)
-    and running in a program. Returns the map and the partitions that run through the dispatcher."""
+    between running through the dispatcher (a collective) and running in a program. A getitem
+    goes with the node it takes from (a program never receives a tuple). Returns the map and the
+    partitions that run through the dispatcher."""
     partition, dispatched, number, current = {}, set(), -1, None
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output", "get_attr"):
             continue
-        eager = is_collective(node) or (node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node)
-                                        and node.args[0] in partition and partition[node.args[0]] in dispatched)
+        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) and node.args[0] in partition:
+            partition[node] = partition[node.args[0]]
+            continue
+        eager = is_collective(node)
         if eager != current:
             number, current = number + 1, eager
             if eager:
@@ -59,7 +62,9 @@ class Segment(torch.nn.Module):
 def split_at_collectives(gm, compile_segment):
     """The graph cut at its collectives (Note [Graphs with collectives]): a GraphModule whose
     compute segments are Segment modules made by compile_segment(segment_gm, example_inputs, index),
-    and whose collective partitions are GraphModules run by the dispatcher."""
+    and whose collective partitions are GraphModules run by the dispatcher; so is a segment
+    compile_segment gives None for (one the compiler cannot lower runs op by op, as every graph
+    with collectives did before the cut)."""
     partition, dispatched = _partitions(gm)
     cut = split_module(gm, None, lambda node: partition[node], keep_original_order=True, tuple_return=True)
     index = 0
@@ -71,7 +76,9 @@ def split_at_collectives(gm, compile_segment):
             continue
         segment = getattr(cut, node.target)
         inputs = [p.meta.get("val") for p in segment.graph.nodes if p.op == "placeholder"]
-        setattr(cut, node.target, Segment(compile_segment(segment, inputs, index)))
+        code = compile_segment(segment, inputs, index)
+        if code is not None:
+            setattr(cut, node.target, Segment(code))
         index += 1
     cut.recompile()
     return cut
