@@ -436,6 +436,11 @@ neuron_rt::WorkCost program_cost(const std::vector<ProgramStepOperands>& steps, 
   total.fixed_ns = model.program_launch_ns();
   total.ns = uint64_t(std::llround(total.fixed_ns));
   for (const ProgramStepOperands& step : steps) {
+    if (std::string_view(step.name).rfind("_c10d_functional::", 0) == 0) {
+      // Note [Collectives in programs]: the process group costs each collective when it runs.
+      if (per_step) per_step->push_back(neuron_rt::WorkCost{});
+      continue;
+    }
     LaunchOperands operands = LaunchOperands::of_tensors(step.inputs, step.outputs);
     std::array<Work, kMaxLaunchParts> parts;
     const int count = describe(Launch{LaunchPath::kDirect, step.name, 0, nullptr, operands}, parts);

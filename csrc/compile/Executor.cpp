@@ -34,6 +34,11 @@ using neuron_rt::ProgramValue;
 
 struct ProgramExecutor::RunState {
   std::vector<at::Tensor> values;  // host views of the values that change per call
+  // Note [Collectives in programs]: the device tensors a collective step is given, made once per
+  // value and call (a wait finds its collective's work by the tensor's storage), and the device
+  // tensors of the inputs and outputs they are views of. Empty when the program has no collective.
+  std::vector<at::Tensor> device_values;
+  std::vector<at::Tensor> device_roots;
 };
 
 
@@ -183,6 +188,8 @@ std::string argument_mismatch(const c10::Argument& schema, const ProgramArg& arg
     case c10::TypeKind::SymBoolType:
     case c10::TypeKind::NumberType: return expect(number);
     case c10::TypeKind::StringType: return expect(arg.kind == Kind::kString);
+    // a functional collective's group (`Any group_name`): its registered name (Note [Collectives in programs])
+    case c10::TypeKind::AnyType: return expect(arg.kind == Kind::kString);
     case c10::TypeKind::DeviceObjType: return expect(arg.kind == Kind::kDevice);
     case c10::TypeKind::ScalarTypeType: return expect(arg.kind == Kind::kScalarType);
     case c10::TypeKind::LayoutType: return expect(arg.kind == Kind::kLayout);
@@ -382,6 +389,20 @@ void ProgramExecutor::build() {
       if (slot.value >= 0 && values[slot.value].on_host) all_device = false;
     }
     if (!step->generators.empty() || name.rfind("aten::", 0) != 0) runs_inline_ = true;  // random / non-ATen
+    if (name.rfind("_c10d_functional::", 0) == 0) {  // Note [Collectives in programs]
+      TORCH_CHECK(node.outputs.empty() || std::all_of(node.outputs.begin(), node.outputs.end(), [](int id) { return id < 0; }),
+                  "program ", program_.name, ": collective step ", node.op, " makes a value; a program runs a "
+                  "collective in place on memory another step defines");
+      for (const auto& slot : step->tensors) {
+        TORCH_CHECK(slot.value >= 0 && !values[slot.value].on_host &&
+                        values[root_[slot.value]].kind != ProgramValue::Kind::kConstant &&
+                        values[root_[slot.value]].kind != ProgramValue::Kind::kDynamic,
+                    "program ", program_.name, ": collective step ", node.op, " is given value ", slot.value,
+                    ", which is not device memory of the program's inputs, outputs or arena");
+      }
+      step->collective = true;
+      has_collectives_ = true;
+    }
     const bool in_place = node.op == "aten::copy_" || node.op == "aten::index_copy_";
     const bool cat_list = node.op == "aten::cat" && step->tensor_lists == std::vector<size_t>{0};
     if ((slot_output || in_place) && all_device && (step->tensor_lists.empty() || cat_list)) {
@@ -512,10 +533,15 @@ void ProgramExecutor::bind_call(RunState& state, const std::vector<at::Tensor>& 
   const auto& values = program_.values;
   state.values.assign(values.size(), at::Tensor());
   std::vector<at::Tensor> output_by_value(values.size());
+  if (has_collectives_) {
+    state.device_values.assign(values.size(), at::Tensor());
+    state.device_roots.assign(values.size(), at::Tensor());
+  }
   for (size_t i = 0; i < values.size(); ++i) {
     const ProgramValue& value = values[i];
     if (value.kind == ProgramValue::Kind::kInput) {
       state.values[i] = value.on_host ? inputs[value.index] : host_view(inputs[value.index]);
+      if (has_collectives_ && !value.on_host) state.device_roots[i] = inputs[value.index];
     } else if (value.kind == ProgramValue::Kind::kOutput) {
       if (value.on_host) {
         output_by_value[i] = at::empty_strided(value.spec.sizes, value.spec.strides,
@@ -526,6 +552,7 @@ void ProgramExecutor::bind_call(RunState& state, const std::vector<at::Tensor>& 
             value.spec.sizes, value.spec.strides,
             at::TensorOptions().dtype(scalar_type(value.spec.dtype)).device(kNeuron, device_));
         state.values[i] = host_view(output_by_value[i]);
+        if (has_collectives_) state.device_roots[i] = output_by_value[i];
       }
     } else if (value.kind == ProgramValue::Kind::kView && per_call_[i] &&
                values[root_[i]].kind != ProgramValue::Kind::kDynamic) {  // those are their node's results
@@ -625,6 +652,10 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
       if (!step.fixed_writes.empty()) check_fixed(step);
       continue;
     }
+    if (step.collective) {
+      run_collective(state, step);
+      continue;
+    }
     torch::jit::Stack stack = step.arguments;
     for (size_t position : step.tensor_lists) {
       c10::List<std::optional<at::Tensor>> optional_list;
@@ -696,6 +727,63 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
     }
   }
 }
+
+// Note [Collectives in programs]
+// A compiled graph's functional collectives (tensor parallelism's all-reduces, DTensor's
+// gathers) run inside its program, as TorchNeuron's NEFF holds its collectives: a decode step
+// on 2 ranks is one program call, not a program per stretch between all-reduces with Python
+// and the collectives' Python wrappers between them (Note [Graphs with collectives] keeps that
+// cut for the collectives a program does not take). The lowering (compile/lowering.py) gives a
+// collective its in-place form on memory another step defines: all_reduce(x) becomes a clone
+// of x into the result's slot, then all_reduce_ on that slot; all_gather_into_tensor and
+// reduce_scatter_tensor their _out forms writing the result's slot; wait_tensor waits on the
+// slot. These steps run through the dispatcher on *device* tensors over the values' memory (the
+// process group works on neuron tensors), one per value and call: the wait finds the
+// collective's work by the tensor's storage, so a value's device tensor is made once per call
+// and reused. The collective itself is the process group's, as in eager: its timeout, its fault
+// handling, its device-clock cost (so the program's own cost leaves collective steps out).
+// A program with collectives runs on the calling thread (it is not an ATen-only program),
+// after the stream's earlier work, so its collectives are ordered as eager's.
+const at::Tensor& ProgramExecutor::device_value(RunState& state, int id) {
+  at::Tensor& made = state.device_values[id];
+  if (made.defined()) return made;
+  const auto& values = program_.values;
+  const ProgramValue& value = values[id];
+  const int root = root_[id];
+  const ProgramValue& base = values[root];
+  if (root != id) {
+    const at::Tensor& device_base = device_value(state, root);
+    made = view_of(device_base, rebased(value.spec, base.spec, device_base));
+    return made;
+  }
+  if (base.kind == ProgramValue::Kind::kInput || base.kind == ProgramValue::Kind::kOutput) {
+    made = state.device_roots[id];
+    TORCH_CHECK(made.defined(), "program ", program_.name, ": value ", id, " has no device tensor in this call");
+    return made;
+  }
+  TORCH_CHECK(base.kind == ProgramValue::Kind::kArena, "program ", program_.name, ": value ", id,
+              " is not device memory a collective can use");
+  // Its own storage over the arena (the whole buffer, holding a reference): the value's bytes at
+  // its planned offset, in its own elements.
+  const size_t element = c10::elementSize(scalar_type(value.spec.dtype));
+  TORCH_CHECK(value.index % element == 0, "program ", program_.name, ": value ", id, " at arena offset ",
+              value.index, " is not aligned to its elements");
+  c10::Storage storage(c10::Storage::use_byte_size_t(), arena_->size(), device_data_ptr(arena_), nullptr, false);
+  made = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                  c10::scalarTypeToTypeMeta(scalar_type(value.spec.dtype)));
+  made.unsafeGetTensorImpl()->set_sizes_and_strides(value.spec.sizes, value.spec.strides,
+                                                    int64_t(value.index / element) + value.spec.offset);
+  return made;
+}
+
+void ProgramExecutor::run_collective(RunState& state, const Step& step) {
+  torch::jit::Stack stack = step.arguments;
+  for (const auto& slot : step.tensors) stack[slot.position] = device_value(state, slot.value);
+  // The functional ops' own kernels (CompositeExplicitAutograd), past autograd: they call the
+  // group's collective on these device tensors and register its work for the wait.
+  step.op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
+}
+
 
 std::vector<at::Tensor> ProgramExecutor::run(const std::vector<at::Tensor>& inputs, bool within_graph) {
   TORCH_CHECK(inputs.size() == program_.inputs.size(), "compiled graph ", program_.name, " takes ",

@@ -74,6 +74,8 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   void execute(RunState& state);
   void execute_steps(RunState& state, std::vector<std::pair<const std::string*, uint64_t>>* times);
   void check_fixed(const Step& step);  // Note [Fixed values keep their metadata]
+  void run_collective(RunState& state, const Step& step);  // Note [Collectives in programs]
+  const at::Tensor& device_value(RunState& state, int id);
   void describe_cost();  // Note [Device clock]: cost_ from the program's values and nodes
 
   neuron_rt::ProgramDesc program_;
@@ -92,6 +94,7 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   std::unique_ptr<neuron_rt::WorkCost> cost_;  // its predicted device time per call (null: the clock is off)
   std::unique_ptr<neuron_rt::WorkCost> cost_within_graph_;  // the same without the launch (run(within_graph))
   bool runs_inline_ = false;  // also in asynchronous mode (see run())
+  bool has_collectives_ = false;  // Note [Collectives in programs]
   const void* arena_stream_ = nullptr;  // the stream of the last call (the arena's user)
   uint64_t arena_marker_ = 0;
 };

@@ -495,9 +495,54 @@ def test_a_graph_with_collectives_is_cut_into_programs_at_them(tmp_path):
     call of the graph (the device runs it as one program): the later segments run within_graph,
     which costs their steps without program_launch_ns."""
     result = run_python(COLLECTIVE_SCRIPT, {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff"),
-                                            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")})
+                                            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind"),
+                                            "NEURON_SIM_COLLECTIVES_IN_PROGRAMS": "0"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-3:] == ["True", "neuron:0", "3"], result.stdout
+
+
+IN_PROGRAM_SCRIPT = r"""
+import os, tempfile, torch, torch_neuronx
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+torch_neuronx.metrics.set_enabled(True)
+dist.init_process_group("neuron", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+group = dist.group.WORLD
+
+def f(x, w):
+    h = funcol.all_reduce(torch.relu(x @ w), "sum", group)
+    return funcol.all_reduce(torch.sigmoid(h) * 2 + x.sum(), "avg", group), h.t()
+
+x, w = torch.randn(4, 8), torch.randn(8, 8)
+out, view = torch.compile(f, backend="neuron")(x.to("neuron"), w.to("neuron"))
+h = torch.relu(x @ w)
+torch.testing.assert_close(out.cpu(), torch.sigmoid(h) * 2 + x.sum())
+torch.testing.assert_close(view.cpu(), h.t())
+(record,) = torch_neuronx.get_dynamo_metrics()
+programs = torch_neuronx.metrics.get_counter_value("CompilationCache.TotalCompilations")
+
+# A graph that cannot be one program (a scalar computed before a collective and used after it)
+# is cut at its collectives; the part the compiler cannot lower runs op by op.
+torch._dynamo.config.capture_scalar_outputs = True
+def g(x):
+    n = x.argmax().item()
+    return funcol.all_reduce(x, "sum", group) + n
+z = torch.arange(4.0)
+torch.testing.assert_close(torch.compile(g, backend="neuron")(z.to("neuron")).cpu(), z + 3)
+print(record.has_collectives, programs)
+dist.destroy_process_group()
+"""
+
+
+def test_a_graph_with_collectives_is_one_program(tmp_path):
+    """Note [Collectives in programs]: the functional all-reduces are steps of the graph's one
+    program (one compilation, one record with has_collectives); a graph that cannot be one
+    program falls back to the cut at its collectives. (2 ranks: tests/distributed/
+    test_collectives_in_programs.py.)"""
+    result = run_python(IN_PROGRAM_SCRIPT, {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff"),
+                                            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == ["True", "1"], result.stdout
 
 
 def test_the_cut_keeps_graph_order_and_collective_results_out_of_programs():
@@ -519,10 +564,16 @@ def test_the_cut_keeps_graph_order_and_collective_results_out_of_programs():
     out = graph.call_function(torch.ops.aten.add.Tensor, (waited, waited_first))
     graph.output(out)
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
-    partition, dispatched = segments._partitions(gm)
+    partition, dispatched = segments._partitions(gm, every=True)
     assert [partition[n] for n in (a, reduced, between, gathered, first, waited, waited_first, out)] == \
         [0, 1, 2, 3, 3, 3, 3, 4]
     assert dispatched == {1, 3}
+    # by default the all-reduce and the waits are program steps (Note [Collectives in programs]):
+    # the graph is cut only at the coalesced gather, which programs do not run
+    partition, dispatched = segments._partitions(gm)
+    assert [partition[n] for n in (a, reduced, between, gathered, first, waited, waited_first, out)] == \
+        [0, 0, 0, 1, 1, 2, 2, 2]
+    assert dispatched == {1}
 
     # a getitem goes with the node it takes from, also after a collective (review 26, finding 2:
     # it was a program's input, a tuple)
@@ -533,7 +584,7 @@ def test_the_cut_keeps_graph_order_and_collective_results_out_of_programs():
     values = graph.call_function(operator.getitem, (largest, 0))
     out = graph.call_function(torch.ops.aten.add.Tensor, (values, reduced))
     graph.output(out)
-    partition, dispatched = segments._partitions(torch.fx.GraphModule(torch.nn.Module(), graph))
+    partition, dispatched = segments._partitions(torch.fx.GraphModule(torch.nn.Module(), graph), every=True)
     assert [partition[n] for n in (largest, reduced, values, out)] == [0, 1, 0, 2] and dispatched == {1}
 
 

@@ -31,7 +31,7 @@ from torch._inductor.output_code import OutputCode
 
 from .. import _C, dynamo_metrics, op_set
 from . import cache, debug, passes, segments, torch_patches
-from .lowering import lower
+from .lowering import IN_PROGRAM_COLLECTIVES, lower
 
 log = logging.getLogger("torch_neuronx")
 
@@ -278,7 +278,7 @@ class CollectiveGraphCode(OutputCode):
         pass
 
 
-def _collective_graph(gm, context, graph_type):
+def _collective_graph(gm, context, graph_type, every=False):
     from torch.fx.graph import _BoxedCodeGen
     started = time.perf_counter_ns()
     name = _graph_name(context, graph_type)
@@ -299,7 +299,7 @@ def _collective_graph(gm, context, graph_type):
         return code
 
     nodes = len(gm.graph.nodes)
-    cut = segments.split_at_collectives(gm, compile_segment)
+    cut = segments.split_at_collectives(gm, compile_segment, every)
     cut.graph.set_codegen(_BoxedCodeGen())
     cut.recompile()
     code = CollectiveGraphCode(gm=cut, name=name)
@@ -343,12 +343,13 @@ def _record_graph(name, key, context, nodes, *, has_collectives, fx_passes_us, l
 
 
 def _record_compiled(code, context, payload_bytes, started, *, fx_passes_us, lower_us, compile_us, cache_hit,
-                     graph=True):
+                     graph=True, has_collectives=False):
     """graph=False for a segment of a graph with collectives: that graph has the one record."""
     _C.metrics_record("CompilationCache.CompilationTime", (time.perf_counter_ns() - started) / 1e9)
     _C.metrics_record("CompilationCache.NeffSize", float(payload_bytes))
     if graph:
-        _record_graph(code.name, code.key, context, code.nodes, has_collectives=False, fx_passes_us=fx_passes_us,
+        _record_graph(code.name, code.key, context, code.nodes, has_collectives=has_collectives,
+                      fx_passes_us=fx_passes_us,
                       lower_us=lower_us, compile_us=compile_us, cache_hit=cache_hit)
     log.info("[NEFF_CACHE] Cache %s for key: %s (%s)", "HIT" if cache_hit else "MISS", code.key, code.name)
 
@@ -375,6 +376,16 @@ def _compile_graph(gm, example_inputs, *, context, graph_type):
 def _compile_graph_now(gm, example_inputs, *, context, graph_type):
     if segments.collectives(gm):
         return _collective_graph(gm, context, graph_type)
+    if segments.collectives(gm, every=True):
+        # One program with its collectives (Note [Collectives in programs]); a graph that cannot be
+        # one (a part the compiler cannot lower) is cut at them, and that part runs op by op.
+        try:
+            return _compile_program(copy.deepcopy(gm), example_inputs, context=context, graph_type=graph_type,
+                                    name=_graph_name(context, graph_type))
+        except Exception as error:  # noqa: BLE001
+            log.info("a graph with collectives cannot be one program (%s: %s); it is cut at them",
+                     type(error).__name__, error)
+            return _collective_graph(gm, context, graph_type, every=True)
     return _compile_program(gm, example_inputs, context=context, graph_type=graph_type,
                             name=_graph_name(context, graph_type))
 
@@ -382,6 +393,9 @@ def _compile_graph_now(gm, example_inputs, *, context, graph_type):
 def _compile_program(gm, example_inputs, *, context, graph_type, name, segment=False):
     started = time.perf_counter_ns()
     device = context["device"]
+    # Note [Collectives in programs]: such a program is not re-run eagerly when it fails (its
+    # collectives would run again on this rank only).
+    has_collectives = any(node.op == "call_function" and node.target in IN_PROGRAM_COLLECTIVES for node in gm.graph.nodes)
     key = cache.key_for(gm, example_inputs, graph_type)
     found = cache.load(key, device)
     fx_passes_us = lower_us = 0
@@ -409,9 +423,10 @@ def _compile_program(gm, example_inputs, *, context, graph_type, name, segment=F
         _C.metrics_increment("CompilationCache.TotalCompilations", 1)
     code = NeuronProgramCode(key=key, name=name, graph_type=graph_type, layout=layout, device=device,
                              nodes=int(program.metadata.get("nodes", 0)), program=program,
-                             fallback_gm=gm if context["fallback"] else None)
+                             fallback_gm=gm if context["fallback"] and not has_collectives else None)
     _record_compiled(code, context, payload_bytes, started, fx_passes_us=fx_passes_us, lower_us=lower_us,
-                     compile_us=compile_us, cache_hit=found is not None, graph=not segment)
+                     compile_us=compile_us, cache_hit=found is not None, graph=not segment,
+                     has_collectives=has_collectives)
     debug.preserve(name, gm, program)
     return code
 

@@ -33,6 +33,11 @@ A_NONE, A_VALUE, A_INT, A_DOUBLE, A_BOOL, A_INTS, A_DOUBLES, A_BOOLS, A_VALUES, 
 _ENUM_ARGUMENTS = {"ScalarType": A_DTYPE, "Layout": A_LAYOUT, "MemoryFormat": A_FORMAT}
 
 aten = torch.ops.aten
+_funcol = torch.ops._c10d_functional
+# Collectives a program runs (Note [Collectives in programs] in csrc/compile/Executor.cpp); a graph
+# with any other is cut at it (Note [Graphs with collectives], segments.py).
+IN_PROGRAM_COLLECTIVES = {_funcol.all_reduce.default, _funcol.all_gather_into_tensor.default,
+                          _funcol.reduce_scatter_tensor.default, _funcol.wait_tensor.default}
 VIEW_OPS = {
     aten.view.default, aten._unsafe_view.default, aten.t.default, aten.transpose.int, aten.permute.default,
     aten.expand.default, aten.slice.Tensor, aten.select.int, aten.unsqueeze.default, aten.squeeze.dim,
@@ -99,6 +104,8 @@ class Lowering:
         self.inputs = []
         self.last_use = {}       # root value id -> index of the last program node that reads it
         self.ambiguous = set()   # storages of several inputs: a result over one has no single root
+        self.first_use = {}      # root value id -> first program node that touches it (set by no node)
+        self.in_flight = {}      # a collective's result value -> the values it uses until its wait
 
     # ---- values ---------------------------------------------------------------------------
     def _on_host(self, t):
@@ -278,6 +285,9 @@ class Lowering:
             return
         if not isinstance(target, torch._ops.OpOverload):
             raise LoweringError(f"{node.format_node()}: not an ATen op ({target})")
+        if target in IN_PROGRAM_COLLECTIVES:
+            self._collective(node)
+            return
         if target in VIEW_OPS:
             base_node = node.args[0]
             base = self.node_values[base_node]
@@ -310,6 +320,48 @@ class Lowering:
             if vid >= 0:
                 self.last_use.setdefault(self._root_of(vid), len(self.nodes) - 1)
         self.node_values[node] = None if form == "none" else mapped if form == "many" else mapped[0]
+
+    def _collective(self, node):
+        """A functional collective as in-place steps on memory other steps define (Note
+        [Collectives in programs] in csrc/compile/Executor.cpp): all_reduce(x) is a copy of x into
+        the result's slot and all_reduce_ on it; all_gather_into_tensor / reduce_scatter_tensor
+        write the result's slot through their _out forms; wait_tensor waits on its argument's
+        memory and is that value. Every tensor a collective reads or writes stays alive (its
+        bytes not reused) up to the wait, while the collective may still run."""
+        target = node.target
+        if target is _funcol.wait_tensor.default:
+            vid = self.node_values[node.args[0]]
+            args = self._schema_args(node)
+            for pending in self.in_flight.pop(vid, []):
+                self._use(pending)
+            self.nodes.append((self._op_name(target), args, [-1]))
+            self.node_values[node] = vid
+            return
+        val = node.meta.get("val")
+        if not _is_tensor(val) or not val.is_contiguous():
+            raise LoweringError(f"{node.format_node()}: a collective whose result is not one contiguous tensor")
+        out = self._new_root(ARENA, val)
+        source = self.node_values[node.args[0]]
+        if not isinstance(source, int):
+            raise LoweringError(f"{node.format_node()}: its input is not a tensor the program holds")
+        self.first_use.setdefault(out, len(self.nodes))
+        if target is _funcol.all_reduce.default:
+            self._use(source)
+            self._use(out)
+            self.nodes.append(("aten::copy_", [(A_VALUE, out, 0.0, [], [], ""), (A_VALUE, source, 0.0, [], [], ""),
+                                               (A_BOOL, 0, 0.0, [], [], "")], [-1]))
+            in_place = _funcol.all_reduce_.default
+            args = [(A_VALUE, out, 0.0, [], [], "")] + self._schema_args(node)[1:]
+            self.nodes.append((self._op_name(in_place), args, [-1]))
+            self.in_flight[out] = [out]
+        else:
+            out_form = {_funcol.all_gather_into_tensor.default: _funcol.all_gather_into_tensor_out.default,
+                        _funcol.reduce_scatter_tensor.default: _funcol.reduce_scatter_tensor_out.default}[target]
+            self._use(out)
+            args = self._schema_args(node) + [(A_VALUE, out, 0.0, [], [], "")]
+            self.nodes.append((self._op_name(out_form), args, [-1]))
+            self.in_flight[out] = [out, source]
+        self.node_values[node] = out
 
     def _fused(self, root, members, leaves):
         """One neuron::pointwise node for a group (Note [Fused pointwise kernels])."""
@@ -384,6 +436,10 @@ class Lowering:
             for vid in outputs:
                 if vid >= 0:
                     defined.setdefault(self._root_of(vid), position)
+        for vid, position in self.first_use.items():
+            defined[vid] = min(position, defined.get(vid, position))
+        if self.in_flight:
+            raise LoweringError(f"collective result(s) {sorted(self.in_flight)} never waited for (wait_tensor)")
         lifetimes = [memory_plan.Lifetime(self.values[vid].bytes, defined.get(vid, 0),
                                           self.last_use.get(vid, defined.get(vid, 0))) for vid in planned]
         arena = memory_plan.plan(lifetimes)

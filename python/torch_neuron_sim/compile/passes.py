@@ -348,7 +348,9 @@ def fold_constants(gm):
             continue
         target = node.target
         tags = getattr(target, "tags", ())
-        if target in _NOT_FOLDABLE or torch.Tag.nondeterministic_seeded in tags or target.is_view:
+        if target in _NOT_FOLDABLE or torch.Tag.nondeterministic_seeded in tags or target.is_view or \
+                target.namespace in ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d",
+                                     "_dtensor"):  # a collective runs on every rank, at run time
             continue
         schema = target._schema
         if schema.is_mutable or any(r.alias_info is not None for r in schema.returns):

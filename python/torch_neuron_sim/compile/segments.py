@@ -1,6 +1,8 @@
 """Note [Graphs with collectives]
-The program executor runs no collectives. A graph that has them (tensor parallelism's all-reduces
-in a compiled decode step, DTensor's redistributions) is cut at them: each maximal run of other
+A program runs the functional all_reduce, all_gather_into_tensor, reduce_scatter_tensor and
+wait_tensor itself (Note [Collectives in programs] in csrc/compile/Executor.cpp): a graph whose
+collectives are only those is one program. A graph with any other collective (all_to_all_single,
+broadcast, DTensor's own ops) is cut at it: each maximal run of other
 nodes becomes a segment compiled into a program as any graph is; the collectives (with
 wait_tensor and the getitems of their results) run between the segments, through the dispatcher,
 in the graph's order. The cut keeps the graph's node order (split_module with
@@ -12,22 +14,35 @@ defined before it and used in or after it. Before this, such graphs ran op by op
 of a ~5M-parameter Llama on 2 ranks ran at a third of one rank's speed compiled, slower than
 eager); see BENCHMARKS.md for what the cut gives."""
 import operator
+import os
 
 import torch
 from torch.fx.passes.split_module import split_module
 
+from .lowering import IN_PROGRAM_COLLECTIVES
+
 COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d", "_dtensor")
 
 
-def is_collective(node):
-    return node.op == "call_function" and getattr(node.target, "namespace", None) in COLLECTIVE_NAMESPACES
+def collectives_in_programs():
+    """NEURON_SIM_COLLECTIVES_IN_PROGRAMS=0 cuts graphs at every collective (as before programs ran
+    them): for comparing the two."""
+    return os.environ.get("NEURON_SIM_COLLECTIVES_IN_PROGRAMS", "1") != "0"
 
 
-def collectives(gm):
-    return [node for node in gm.graph.nodes if is_collective(node)]
+def is_collective(node, every=False):
+    """A collective the graph is cut at: one a program does not run (Note [Collectives in
+    programs]), or with `every` any collective."""
+    if node.op != "call_function" or getattr(node.target, "namespace", None) not in COLLECTIVE_NAMESPACES:
+        return False
+    return every or not (collectives_in_programs() and node.target in IN_PROGRAM_COLLECTIVES)
 
 
-def _partitions(gm):
+def collectives(gm, every=False):
+    return [node for node in gm.graph.nodes if is_collective(node, every)]
+
+
+def _partitions(gm, every=False):
     """Node -> partition number, in graph order: a new partition starts wherever a node changes
     between running through the dispatcher (a collective) and running in a program. A getitem
     goes with the node it takes from (a program never receives a tuple). Returns the map and the
@@ -39,7 +54,7 @@ def _partitions(gm):
         if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) and node.args[0] in partition:
             partition[node] = partition[node.args[0]]
             continue
-        eager = is_collective(node)
+        eager = is_collective(node, every)
         if eager != current:
             number, current = number + 1, eager
             if eager:
@@ -59,13 +74,13 @@ class Segment(torch.nn.Module):
         return tuple(self.code(*args))
 
 
-def split_at_collectives(gm, compile_segment):
+def split_at_collectives(gm, compile_segment, every=False):
     """The graph cut at its collectives (Note [Graphs with collectives]): a GraphModule whose
     compute segments are Segment modules made by compile_segment(segment_gm, example_inputs, index),
     and whose collective partitions are GraphModules run by the dispatcher; so is a segment
     compile_segment gives None for (one the compiler cannot lower runs op by op, as every graph
     with collectives did before the cut)."""
-    partition, dispatched = _partitions(gm)
+    partition, dispatched = _partitions(gm, every)
     cut = split_module(gm, None, lambda node: partition[node], keep_original_order=True, tuple_return=True)
     index = 0
     for node in cut.graph.nodes:
