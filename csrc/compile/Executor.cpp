@@ -39,6 +39,7 @@ struct ProgramExecutor::RunState {
   // tensors of the inputs and outputs they are views of. Empty when the program has no collective.
   std::vector<at::Tensor> device_values;
   std::vector<at::Tensor> device_roots;
+  std::vector<int> in_flight;  // values of collectives issued and not yet waited for, in issue order
 };
 
 
@@ -400,6 +401,12 @@ void ProgramExecutor::build() {
                     "program ", program_.name, ": collective step ", node.op, " is given value ", slot.value,
                     ", which is not device memory of the program's inputs, outputs or arena");
       }
+      for (const auto& slot : step->tensors) {
+        const auto& alias = schema.arguments()[slot.position].alias_info();
+        if (alias && alias->isWrite()) step->collective_writes = slot.value;
+      }
+      TORCH_CHECK(step->collective_writes >= 0 || name == "_c10d_functional::wait_tensor", "program ", program_.name,
+                  ": collective step ", node.op, " writes no value; a program runs a collective in place");
       step->collective = true;
       has_collectives_ = true;
     }
@@ -614,6 +621,19 @@ void ProgramExecutor::execute(RunState& state) {
   // to another (bitwise_and.Scalar -> .Tensor) into a Python int (`x & 0xFF` would fail); a user's FlopCounterMode would count host ops.
   c10::impl::ExcludeDispatchKeyGuard no_python(
       c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+  if (has_collectives_) {
+    try {
+      execute_steps_profiled(state);
+    } catch (...) {
+      settle_collectives(state);
+      throw;
+    }
+    return;
+  }
+  execute_steps_profiled(state);
+}
+
+void ProgramExecutor::execute_steps_profiled(RunState& state) {
   if (kProfileSteps) {
     std::vector<std::pair<const std::string*, uint64_t>> times;
     times.reserve(steps_.size());
@@ -782,6 +802,29 @@ void ProgramExecutor::run_collective(RunState& state, const Step& step) {
   // The functional ops' own kernels (CompositeExplicitAutograd), past autograd: they call the
   // group's collective on these device tensors and register its work for the wait.
   step.op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
+  if (step.collective_writes >= 0) {
+    state.in_flight.push_back(step.collective_writes);
+  } else if (!step.tensors.empty()) {
+    auto& pending = state.in_flight;
+    pending.erase(std::remove(pending.begin(), pending.end(), step.tensors[0].value), pending.end());
+  }
+}
+
+// A call that fails (a later step throws) leaves no collective running on its memory: the next
+// call reuses the arena at once, and a collective still reading or writing it would mix one
+// call's bytes into another's, on this rank and its peers (review 27, finding 1). Each collective
+// issued and not waited for is waited for here (its group's timeout bounds the wait; its own
+// failure is the group's and is not the error reported) before the step's error goes on.
+void ProgramExecutor::settle_collectives(RunState& state) noexcept {
+  static const auto wait = c10::Dispatcher::singleton().findSchemaOrThrow("_c10d_functional::wait_tensor", "");
+  for (int id : state.in_flight) {
+    try {
+      torch::jit::Stack stack{device_value(state, id)};
+      wait.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one the caller gets
+    }
+  }
+  state.in_flight.clear();
 }
 
 

@@ -75,6 +75,8 @@ class ProgramExecutor : public std::enable_shared_from_this<ProgramExecutor> {
   void execute_steps(RunState& state, std::vector<std::pair<const std::string*, uint64_t>>* times);
   void check_fixed(const Step& step);  // Note [Fixed values keep their metadata]
   void run_collective(RunState& state, const Step& step);  // Note [Collectives in programs]
+  void settle_collectives(RunState& state) noexcept;
+  void execute_steps_profiled(RunState& state);
   const at::Tensor& device_value(RunState& state, int id);
   void describe_cost();  // Note [Device clock]: cost_ from the program's values and nodes
 

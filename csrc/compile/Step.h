@@ -32,6 +32,7 @@ struct ProgramExecutor::Step {
   std::vector<int> outputs;              // value per return, -1 when unused
   bool lend = false;                     // the single output's memory is lent to the kernel
   bool collective = false;               // Note [Collectives in programs]: on device tensors, in place
+  int collective_writes = -1;            // the value a collective step writes (-1: a wait)
   // Fixed values (arena, constants, views of them) the step may change in place: its outputs
   // and the arguments its schema marks as written (Note [Fixed values keep their metadata]).
   std::vector<int> fixed_writes;

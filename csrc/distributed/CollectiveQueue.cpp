@@ -63,9 +63,7 @@ void run_task(std::function<void()>& task) {
 }
 }  // namespace
 
-void TaskLane::run_front(std::unique_lock<std::mutex>& lock) {
-  std::function<void()> task = std::move(tasks_.front().task);
-  tasks_.pop_front();
+void TaskLane::run_locked(std::unique_lock<std::mutex>& lock, std::function<void()>& task) {
   running_ = true;
   lock.unlock();
   run_task(task);
@@ -73,22 +71,21 @@ void TaskLane::run_front(std::unique_lock<std::mutex>& lock) {
   running_ = false;
   ++finished_;
   done_.notify_all();
-  ready_.notify_one();
+  ready_.notify_one();  // the next task, queued meanwhile
+}
+
+void TaskLane::run_front(std::unique_lock<std::mutex>& lock) {
+  std::function<void()> task = std::move(tasks_.front().task);
+  tasks_.pop_front();
+  run_locked(lock, task);
 }
 
 void TaskLane::run_inline(std::function<void()> task) {
   std::unique_lock<std::mutex> lock(mutex_);
   run_queued_until(lock, submitted_);  // the tasks before it
   done_.wait(lock, [&] { return !running_; });
-  running_ = true;
   ++submitted_;
-  lock.unlock();
-  run_task(task);
-  lock.lock();
-  running_ = false;
-  ++finished_;
-  done_.notify_all();
-  ready_.notify_one();  // tasks queued meanwhile
+  run_locked(lock, task);
 }
 
 void TaskLane::run_queued_until(std::unique_lock<std::mutex>& lock, uint64_t ticket) {

@@ -79,6 +79,8 @@ class TaskLane {
   // Takes the front task, runs it with the lock released, counts it. The lock is held on entry
   // and on return.
   void run_front(std::unique_lock<std::mutex>& lock);
+  // Runs `task` (the lock held on entry and on return, released while it runs) and counts it finished.
+  void run_locked(std::unique_lock<std::mutex>& lock, std::function<void()>& task);
   // run_until() with the lock held.
   void run_queued_until(std::unique_lock<std::mutex>& lock, uint64_t ticket);
 

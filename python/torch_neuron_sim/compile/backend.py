@@ -179,6 +179,7 @@ class NeuronProgramCode(OutputCode):
     program: Any = dataclasses.field(default=None, repr=False, compare=False)
     fallback_gm: Any = dataclasses.field(default=None, repr=False, compare=False)
     within_graph: bool = False  # a later segment of a graph cut at its collectives (one launch per graph)
+    has_collectives: bool = False  # Note [Collectives in programs]: its record says so, also from the cache
     # Note [Boxed calls through torch._dynamo.disable]: AOTAutograd calls a compiled graph with one
     # list of arguments, which the graph may clear to free them early, when the callable it holds
     # has _boxed_call; otherwise it warns ("... doesn't take boxed arguments") and passes them one
@@ -240,7 +241,7 @@ class NeuronProgramCode(OutputCode):
         if context is not None:
             self.name = _graph_name(context, self.graph_type)
         _record_compiled(self, context, payload_bytes, started, fx_passes_us=0, lower_us=0, cache_hit=True,
-                         compile_us=(time.perf_counter_ns() - started) // 1000)
+                         compile_us=(time.perf_counter_ns() - started) // 1000, has_collectives=self.has_collectives)
 
     def set_triton_bundle(self, triton_bundle):
         pass
@@ -423,7 +424,8 @@ def _compile_program(gm, example_inputs, *, context, graph_type, name, segment=F
         _C.metrics_increment("CompilationCache.TotalCompilations", 1)
     code = NeuronProgramCode(key=key, name=name, graph_type=graph_type, layout=layout, device=device,
                              nodes=int(program.metadata.get("nodes", 0)), program=program,
-                             fallback_gm=gm if context["fallback"] and not has_collectives else None)
+                             fallback_gm=gm if context["fallback"] and not has_collectives else None,
+                             has_collectives=has_collectives)
     _record_compiled(code, context, payload_bytes, started, fx_passes_us=fx_passes_us, lower_us=lower_us,
                      compile_us=compile_us, cache_hit=found is not None, graph=not segment,
                      has_collectives=has_collectives)
