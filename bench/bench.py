@@ -182,6 +182,12 @@ def tp_generate(tokens, rounds=2):
                         got = json.loads(torchrun(world, "tp_generate.py", model, "--tokens", str(tokens), *flags))
                         speeds[mode, world].append(got["tok_s"])
                         same[mode, world] = same.get((mode, world), True) and got["tokens"] == one["tokens"]
+                    if size == "small" and mode == "compiled":  # the graph cut at its collectives, as before
+                        for world in (2, 4):
+                            got = json.loads(torchrun(world, "tp_generate.py", model, "--tokens", str(tokens),
+                                                      "--compiled", "--cut-at-collectives"))
+                            speeds.setdefault(("cut", world), []).append(got["tok_s"])
+                            same["cut", world] = same.get(("cut", world), True) and got["tokens"] == one["tokens"]
             results[size] = {key: (statistics.median(s), same.get(key, True)) for key, s in speeds.items()}
             if size == "small":
                 breakdowns[1] = json.loads(subprocess.run(
@@ -433,12 +439,15 @@ def main():
         f"Tensor-parallel greedy generation (bench/tp_generate.py: Llama-style models, float32, random weights, "
         f"{tokens} tokens after an 8-token prompt, `DistributedConfig(tp_size=n)` under torchrun; tp 1 is one "
         f"process with `device_map=\"neuron\"`; eager, and compiled with `cache_implementation=\"static\"` "
-        f"(the decode step compiled by the neuron backend, cut at its all-reduces under TP); medians of 2 rounds, "
-        f"each running tp 1, 2 and 4 eager, then compiled, in turn). "
+        f"(the decode step compiled by the neuron backend: one program with its all-reduces under TP, Note "
+        f"[Collectives in programs]; for the small model also the graph cut at its collectives, "
+        f"`NEURON_SIM_COLLECTIVES_IN_PROGRAMS=0`, as before); medians of 2 rounds, each running tp 1, 2 and 4 "
+        f"eager, then compiled (then cut), in turn). "
         f"Targets (issue 26): tp 2 / tp 1 >= 1.0 and tp 4 / tp 1 >= 0.5 (4 ranks on 2 cores).",
         "",
-        "| model | tp | eager tok/s | / tp 1 | compiled tok/s | / tp 1 | tokens equal tp 1 (eager, compiled) |",
-        "|---|---|---|---|---|---|---|",
+        "| model | tp | eager tok/s | / tp 1 | compiled tok/s | / tp 1 | compiled, cut at collectives tok/s | / tp 1 "
+        "| tokens equal tp 1 (eager, compiled, cut) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     names = {"small": "~5M params (hidden 256, 4 layers)", "medium": "~111M params (hidden 1024, 8 layers)"}
     for size, rows in tp.items():
@@ -447,7 +456,13 @@ def main():
             for mode in ("eager", "compiled"):
                 speed = rows[mode, world][0]
                 cells += [f"{speed:.1f}", f"{speed / rows[mode, 1][0]:.2f}"]
-            equal = ", ".join("yes" if rows[mode, world][1] else "NO" for mode in ("eager", "compiled"))
+            if ("cut", world) in rows:
+                speed = rows["cut", world][0]
+                cells += [f"{speed:.1f}", f"{speed / rows['compiled', 1][0]:.2f}"]
+            else:
+                cells += ["-", "-"]
+            modes = ("eager", "compiled", "cut") if ("cut", world) in rows else ("eager", "compiled")
+            equal = ", ".join("yes" if rows[mode, world][1] else "NO" for mode in modes)
             lines.append(f"| {names[size]} | {world} | {' | '.join(cells)} | {equal} |")
     groups = ("collectives", "dtensor", "matmuls", "rest", "total")
     lines += [

@@ -85,7 +85,11 @@ def main():
     parser.add_argument("--size", choices=sorted(SIZES), default="small", help="with --make")
     parser.add_argument("--breakdown", action="store_true")
     parser.add_argument("--compiled", action="store_true")
+    parser.add_argument("--cut-at-collectives", action="store_true",
+                        help="compiled graphs are cut at their collectives (NEURON_SIM_COLLECTIVES_IN_PROGRAMS=0)")
     args = parser.parse_args()
+    if args.cut_at_collectives:
+        os.environ["NEURON_SIM_COLLECTIVES_IN_PROGRAMS"] = "0"  # read when a graph compiles
     if args.make:
         return make(args.model, args.size)
     if "WORLD_SIZE" in os.environ:
