@@ -1,7 +1,8 @@
 """2 ranks (regressions/_two_ranks_spawned.py): a compiled function with functional all_reduce
 (sum, avg), all_gather_into_tensor and reduce_scatter_tensor is one program that runs them
 (Note [Collectives in programs] in csrc/compile/Executor.cpp); its values equal eager's and the
-sums over both ranks' inputs computed on the CPU. IN_PROGRAMS=0 in the environment: the graph is
+sums over both ranks' inputs computed on the CPU. A compiled tensor-parallel training step with
+collectives in its forward and backward graphs equals eager. IN_PROGRAMS=0 in the environment: the graph is
 cut at its collectives instead (the same values). Exit 0 when every rank's checks hold."""
 import os
 import sys
@@ -54,7 +55,44 @@ def body(rank):
     assert counters["neuron"]["compiled_graphs"] == 1, dict(counters["neuron"])
     # one program, or one per stretch between the collectives when the graph is cut at them
     assert programs == 1 if in_programs else programs > 1, f"{programs} programs, collectives in programs: {in_programs}"
+    training_step(rank)
     return "ok"
+
+
+def training_step(rank):
+    """A compiled tensor-parallel training step (DTensor: colwise then rowwise after a replicated
+    layer): its forward graph all-reduces the rowwise output, its backward graph the gradient
+    flowing into the replicated layer; both are programs with their collectives. Loss and
+    gradients equal eager's."""
+    import torch
+    import torch_neuronx
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    mesh = init_device_mesh("neuron", (2,))
+
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                    torch.nn.Linear(16, 8)).to("neuron")
+        return parallelize_module(model, mesh, {"2": ColwiseParallel(), "4": RowwiseParallel()})
+
+    def step(model, x):
+        loss = model(x).pow(2).sum()
+        loss.backward()
+        return loss.detach(), model[0].weight.grad.detach().clone(), model[2].weight.grad.to_local().detach().clone()
+
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1)).to("neuron")
+    eager = step(make(), x)
+    model = make()
+    compiled = torch.compile(step, backend="neuron")
+    for _ in range(2):
+        for parameter in model.parameters():
+            parameter.grad = None
+        got = compiled(model, x)
+    for name, a, b in zip(("loss", "replicated layer's gradient", "sharded gradient"), got, eager):
+        torch.testing.assert_close(a.cpu(), b.cpu(), msg=lambda m, name=name: f"{name}: {m}")
+    records = {r.graph_name.rsplit("_", 2)[-2]: r.has_collectives for r in torch_neuronx.get_dynamo_metrics()}
+    assert records.get("forward") and records.get("backward"), records
 
 
 if __name__ == "__main__":

@@ -300,9 +300,7 @@ def _collective_graph(gm, context, graph_type, every=False):
         return code
 
     nodes = len(gm.graph.nodes)
-    cut = segments.split_at_collectives(gm, compile_segment, every)
-    cut.graph.set_codegen(_BoxedCodeGen())
-    cut.recompile()
+    cut = segments.split_at_collectives(gm, compile_segment, every, codegen=_BoxedCodeGen())
     code = CollectiveGraphCode(gm=cut, name=name)
     _record_graph(name, "", context, nodes, has_collectives=True, fx_passes_us=0, lower_us=0,
                   compile_us=(time.perf_counter_ns() - started) // 1000, cache_hit=False)

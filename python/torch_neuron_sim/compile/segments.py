@@ -74,12 +74,13 @@ class Segment(torch.nn.Module):
         return tuple(self.code(*args))
 
 
-def split_at_collectives(gm, compile_segment, every=False):
+def split_at_collectives(gm, compile_segment, every=False, codegen=None):
     """The graph cut at its collectives (Note [Graphs with collectives]): a GraphModule whose
     compute segments are Segment modules made by compile_segment(segment_gm, example_inputs, index),
     and whose collective partitions are GraphModules run by the dispatcher; so is a segment
     compile_segment gives None for (one the compiler cannot lower runs op by op, as every graph
-    with collectives did before the cut)."""
+    with collectives did before the cut). `every`: cut also at the collectives programs run;
+    `codegen`: the cut graph's (set before its one recompile)."""
     partition, dispatched = _partitions(gm, every)
     cut = split_module(gm, None, lambda node: partition[node], keep_original_order=True, tuple_return=True)
     index = 0
@@ -95,5 +96,7 @@ def split_at_collectives(gm, compile_segment, every=False):
         if code is not None:
             setattr(cut, node.target, Segment(code))
         index += 1
+    if codegen is not None:
+        cut.graph.set_codegen(codegen)
     cut.recompile()
     return cut
