@@ -439,6 +439,16 @@ def test_a_graph_compiled_for_neuron_0_is_not_reused_for_neuron_1():
     torch.testing.assert_close(second.cpu(), torch.full((4,), 3.0))
 
 
+# A scalar computed before a collective (item() under capture_scalar_outputs) and used after it.
+SCALAR_BEFORE_COLLECTIVE = r"""
+torch._dynamo.config.capture_scalar_outputs = True
+def g(x):
+    n = x.argmax().item()
+    return funcol.all_reduce(x, "sum", group) + n
+z = torch.arange(4.0)
+torch.testing.assert_close(torch.compile(g, backend="neuron")(z.to("neuron")).cpu(), z + 3)
+"""
+
 COLLECTIVE_SCRIPT = r"""
 import os, tempfile, torch, torch_neuronx
 import torch.distributed as dist
@@ -472,15 +482,9 @@ before = torch_neuronx.device_time(); program.run(inputs); alone = torch_neuronx
 before = torch_neuronx.device_time(); program.run(inputs, True); within = torch_neuronx.device_time() - before
 assert abs((alone - within) * 1e3 - 50) < 1e-3, (alone, within)  # ms; trn2's program_launch_ns, 50 us
 
-# A segment the compiler cannot lower runs op by op (review 26, finding 1): a scalar computed
-# before a collective (item() under capture_scalar_outputs) and used after it; the first segment
-# would return it, which a program cannot.
-torch._dynamo.config.capture_scalar_outputs = True
-def g(x):
-    n = x.argmax().item()
-    return funcol.all_reduce(x, "sum", group) + n
-z = torch.arange(4.0)
-torch.testing.assert_close(torch.compile(g, backend="neuron")(z.to("neuron")).cpu(), z + 3)
+# A segment the compiler cannot lower runs op by op (review 26, finding 1): the first segment
+# would return the scalar, which a program cannot.
+""" + SCALAR_BEFORE_COLLECTIVE + r"""
 print(record.has_collectives, out.device, programs)
 dist.destroy_process_group()
 """
@@ -521,14 +525,9 @@ torch.testing.assert_close(view.cpu(), h.t())
 (record,) = torch_neuronx.get_dynamo_metrics()
 programs = torch_neuronx.metrics.get_counter_value("CompilationCache.TotalCompilations")
 
-# A graph that cannot be one program (a scalar computed before a collective and used after it)
-# is cut at its collectives; the part the compiler cannot lower runs op by op.
-torch._dynamo.config.capture_scalar_outputs = True
-def g(x):
-    n = x.argmax().item()
-    return funcol.all_reduce(x, "sum", group) + n
-z = torch.arange(4.0)
-torch.testing.assert_close(torch.compile(g, backend="neuron")(z.to("neuron")).cpu(), z + 3)
+# A graph that cannot be one program is cut at its collectives; the part the compiler cannot
+# lower runs op by op.
+""" + SCALAR_BEFORE_COLLECTIVE + r"""
 print(record.has_collectives, programs)
 dist.destroy_process_group()
 """
