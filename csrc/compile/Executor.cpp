@@ -400,8 +400,6 @@ void ProgramExecutor::build() {
                         values[root_[slot.value]].kind != ProgramValue::Kind::kDynamic,
                     "program ", program_.name, ": collective step ", node.op, " is given value ", slot.value,
                     ", which is not device memory of the program's inputs, outputs or arena");
-      }
-      for (const auto& slot : step->tensors) {
         const auto& alias = schema.arguments()[slot.position].alias_info();
         if (alias && alias->isWrite()) step->collective_writes = slot.value;
       }

@@ -31,7 +31,7 @@ from torch._inductor.output_code import OutputCode
 
 from .. import _C, dynamo_metrics, op_set
 from . import cache, debug, passes, segments, torch_patches
-from .lowering import IN_PROGRAM_COLLECTIVES, lower
+from .lowering import lower
 
 log = logging.getLogger("torch_neuronx")
 
@@ -394,7 +394,7 @@ def _compile_program(gm, example_inputs, *, context, graph_type, name, segment=F
     device = context["device"]
     # Note [Collectives in programs]: such a program is not re-run eagerly when it fails (its
     # collectives would run again on this rank only).
-    has_collectives = any(node.op == "call_function" and node.target in IN_PROGRAM_COLLECTIVES for node in gm.graph.nodes)
+    has_collectives = bool(segments.collectives(gm, every=True))
     key = cache.key_for(gm, example_inputs, graph_type)
     found = cache.load(key, device)
     fx_passes_us = lower_us = 0

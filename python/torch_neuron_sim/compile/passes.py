@@ -32,6 +32,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from .. import _C
 from . import flex_attention
+from .segments import COLLECTIVE_NAMESPACES
 
 aten = torch.ops.aten
 _WIDE = {torch.float64: torch.float32, torch.int64: torch.int32}
@@ -349,8 +350,7 @@ def fold_constants(gm):
         target = node.target
         tags = getattr(target, "tags", ())
         if target in _NOT_FOLDABLE or torch.Tag.nondeterministic_seeded in tags or target.is_view or \
-                target.namespace in ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d",
-                                     "_dtensor"):  # a collective runs on every rank, at run time
+                target.namespace in COLLECTIVE_NAMESPACES:  # a collective runs on every rank, at run time
             continue
         schema = target._schema
         if schema.is_mutable or any(r.alias_info is not None for r in schema.returns):
