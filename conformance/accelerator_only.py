@@ -89,14 +89,23 @@ GROUPS = [
      ["_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention.quantized",
       "_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention",
       "_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_cudnn_attention",
-      "_scaled_dot_product_cudnn_attention_backward", "_flash_attention_forward",
-      "_flash_attention_forward.quantized", "_flash_attention_forward_no_dropout_inplace",
-      "_flash_attention_backward", "_efficient_attention_forward", "_efficient_attention_backward",
+      "_scaled_dot_product_cudnn_attention_backward", "_flash_attention_forward.quantized",
+      "_efficient_attention_forward", "_efficient_attention_backward",
       "_cudnn_attention_forward", "_cudnn_attention_backward", "_fill_mem_eff_dropout_mask_"],
      "scaled_dot_product_attention picks its kernel with `_fused_sdp_choice`, a per-device "
      "dispatch stub (the same class through a stub: without neuron's registration it would fail)",
      "neuron registers the stub (csrc/kernels/Accelerator.cpp): the overrideable fused op or "
-     "the math decomposition, never these"),
+     "the math decomposition, never these (the quantized FP8 overload of _flash_attention_forward "
+     "takes descale factors, CUDA's FlashAttention 3 only)"),
+    (KERNEL,
+     ["_flash_attention_forward", "_flash_attention_backward", "_flash_attention_forward_no_dropout_inplace"],
+     "variable-length attention calls them by name for every device but cuDNN's: "
+     "`torch.nn.attention.varlen.varlen_attn` (forward, and backward through its autograd) and "
+     "`varlen_attn_out`; torchtitan's VarlenAttention (`llama3_debugmodel_varlen_attn`)",
+     "csrc/kernels/VarlenAttention.cpp: FlashAttention 2's contract (packed or dense layouts, grouped "
+     "KV heads, bottom-right causal and sliding windows, seqused_k, logsumexp +inf for a row without "
+     "keys), float32 compute per sequence; dropout, ALiBi and paged KV refused with an error; "
+     "tests/kernels/test_varlen_attention.py"),
     (NOT_REACHED,
      ["_fused_rms_norm_backward"],
      "the autograd formula of `_fused_rms_norm`, used only where the device has a "

@@ -5,7 +5,9 @@ CPU's kernels):
   flash-attention op it computes with, forward and backward;
 - the accelerator-only ops PyTorch selects for the device (no CPU kernel: Recurrent.cpp,
   AcceleratorOnly.cpp; COVERAGE.md "Accelerator-only ops") become the plain ops their kernels
-  compute, with the same rules (half and bfloat16 computed in float32, CUDA's outputs)."""
+  compute, with the same rules (half and bfloat16 computed in float32, CUDA's outputs);
+- FlashAttention's ops and varlen_attn's custom ops that call them become neuron's own
+  flash_attention ops, which have CPU kernels (Note [FlashAttention's ops on neuron])."""
 import torch
 
 aten = torch.ops.aten
@@ -179,6 +181,66 @@ def _masked_scale(input, mask, scale):
     return (_widened(input) * mask * scale).to(input.dtype)
 
 
+# ---- FlashAttention's ops (csrc/kernels/VarlenAttention.cpp) ----------------------------------------
+
+def _rng_outputs(query):
+    return query.new_zeros((2,), dtype=torch.uint64), query.new_zeros((), dtype=torch.uint64)
+
+
+def _refuse_flash_options(dropout_p=0.0, return_debug_mask=False, alibi_slopes=None, block_table=None):
+    # the kernels' own errors, raised while tracing
+    if dropout_p or return_debug_mask or alibi_slopes is not None or block_table is not None:
+        raise RuntimeError("_flash_attention_forward on neuron: dropout_p, return_debug_mask, alibi_slopes and "
+                           "block_table are not supported (Note [FlashAttention's ops on neuron])")
+
+
+def _flash_attention_forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
+                             return_debug_mask, *, scale=None, window_size_left=None, window_size_right=None,
+                             seqused_k=None, alibi_slopes=None, block_table=None, num_splits=None):
+    _refuse_flash_options(dropout_p, return_debug_mask, alibi_slopes, block_table)
+    output, logsumexp = torch.ops.neuron.flash_attention_forward(
+        query, key, value, cum_seq_q, cum_seq_k, is_causal, scale, window_size_left, window_size_right, seqused_k)
+    return (output, logsumexp, *_rng_outputs(query), query.new_empty((0,)))
+
+
+def _flash_attention_backward(grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+                              dropout_p, is_causal, rng_state, unused, *, scale=None, window_size_left=None,
+                              window_size_right=None):
+    _refuse_flash_options(dropout_p)
+    return torch.ops.neuron.flash_attention_backward(grad_out, query, key, value, out, logsumexp, cum_seq_q,
+                                                     cum_seq_k, is_causal, scale, window_size_left, window_size_right)
+
+
+def _window(window_size):
+    left, right = (window_size or [-1, -1])
+    return left, right
+
+
+def _varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, scale=None,
+                 window_size=None, enable_gqa=False, seqused_k=None, block_table=None, num_splits=None):
+    _refuse_flash_options(block_table=block_table)
+    left, right = _window(window_size)
+    output, logsumexp = torch.ops.neuron.flash_attention_forward(query, key, value, cu_seq_q, cu_seq_k, is_causal,
+                                                                 scale, left, right, seqused_k)
+    return output, logsumexp, _rng_outputs(query)[0]
+
+
+def _varlen_attn_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, is_causal,
+                          rng_state, scale=None, window_size=None):
+    left, right = _window(window_size)
+    return torch.ops.neuron.flash_attention_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k,
+                                                     is_causal, scale, left, right)
+
+
+def _varlen_decompositions():
+    import torch.nn.attention.varlen  # noqa: F401  defines torch.ops.torch_attn
+    torch_attn = torch.ops.torch_attn
+    return {
+        torch_attn._varlen_attn.default: _varlen_attn,
+        torch_attn._varlen_attn_backward.default: _varlen_attn_backward,
+    }
+
+
 def decomposition_table():
     from torch._decomp import decomposition_table as torch_decompositions
     return {
@@ -199,4 +261,7 @@ def decomposition_table():
         aten.batch_norm_backward_elemt.default: _batch_norm_backward_elemt,
         aten._fused_dropout.default: _fused_dropout,
         aten._masked_scale.default: _masked_scale,
+        aten._flash_attention_forward.default: _flash_attention_forward,
+        aten._flash_attention_backward.default: _flash_attention_backward,
+        **_varlen_decompositions(),
     }
