@@ -17,6 +17,10 @@
 //  - seqused_k: sequence b attends to its first seqused_k[b] keys only (forward only, as on CUDA).
 //  - rng_state is a uint64 [2] (seed, offset) and `unused` a uint64 scalar, as CUDA returns them;
 //    with dropout_p = 0 (what varlen_attn passes) neither is read.
+// Windows are the documented mask as given: CUDA's kernel also treats a side of max_k or more as
+// unbounded and gives a one-sided window max_k on its other side, which differs only for a
+// sequence with more than max_k + 1 queries more than keys. varlen_attn_out (the in-place custom
+// op) runs eagerly; in a compiled graph it is auto_functionalized and not lowered (an error).
 // Refused with an error that says so: dropout (use scaled_dot_product_attention's dropout_p),
 // ALiBi slopes, a paged KV cache (block_table), a value head size other than the query's (the
 // meta function gives the output the query's shape), the quantized (FP8 descale) overload.
@@ -82,6 +86,7 @@ Attention check_inputs(const char* op, const at::Tensor& q, const at::Tensor& k,
   a.heads_q = q.size(-2);
   a.heads_kv = k.size(-2);
   a.head_dim = q.size(-1);
+  TORCH_CHECK(a.head_dim > 0, op, ": expected a head size of 1 or more, got query ", q.sizes());
   TORCH_CHECK(k.size(-1) == a.head_dim && v.size(-1) == a.head_dim, op, ": expected key and value with the query's head ",
               "size ", a.head_dim, ", got ", k.size(-1), " and ", v.size(-1),
               " (FlashAttention 2's contract: the output takes the query's shape)");
@@ -211,6 +216,13 @@ std::vector<at::Tensor> forward_body(const char* op, const Attention& a, const s
   return {out, lse};
 }
 
+// The logsumexp stays float32 whatever the inputs' dtype (CUDA's contract and the meta function's):
+// run_kernel's 64-bit rule would widen it back to float64 for float64 inputs.
+std::vector<at::Tensor> float32_logsumexp(std::vector<at::Tensor> results) {
+  if (results[1].scalar_type() != at::kFloat) results[1] = results[1].to(at::kFloat);
+  return results;
+}
+
 using FiveTensors = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
 std::vector<at::Tensor> forward(const char* op, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
@@ -228,7 +240,7 @@ std::vector<at::Tensor> forward(const char* op, const at::Tensor& query, const a
   const Attention a = check_inputs(op, query, key, value, cum_q, cum_k, dropout_p, is_causal, scale, window_size_left,
                                    window_size_right);
   TensorBody body = [op, a](const std::vector<at::Tensor>& in) { return forward_body(op, a, in); };
-  return run_kernel(op, {query, key, value, cum_q, cum_k, value_or_undefined(seqused_k)}, body);
+  return float32_logsumexp(run_kernel(op, {query, key, value, cum_q, cum_k, value_or_undefined(seqused_k)}, body));
 }
 
 // rng_state and `unused` as CUDA returns them (seed and offset for dropout; dropout_p is 0 here),
@@ -353,7 +365,7 @@ std::tuple<at::Tensor, at::Tensor> neuron_forward(const at::Tensor& query, const
   std::vector<at::Tensor> r;
   if (query.device().type() == kNeuron) {
     TensorBody body = [op, a](const std::vector<at::Tensor>& in) { return forward_body(op, a, in); };
-    r = run_kernel(op, inputs, body);
+    r = float32_logsumexp(run_kernel(op, inputs, body));
   } else {  // CPU (a program's host views) or Meta
     r = forward_body(op, a, inputs);
   }

@@ -544,6 +544,69 @@ def test_a_graph_with_collectives_is_one_program(tmp_path):
     assert result.stdout.split()[-2:] == ["True", "1"], result.stdout
 
 
+IDENTITY_COPY_SCRIPT = r"""
+import os, tempfile, torch, torch_neuronx
+import torch.distributed as dist
+dist.init_process_group("neuron", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+
+def f(a, b):
+    t = a @ b
+    dist.all_reduce(t)     # in place, as transformers' row-parallel layers: a copy of the result into t
+    u = a + 1
+    u.copy_(b * 3)         # the same values, layout and dtype: the copy goes
+    v = a * 2
+    v.copy_(b[:, :1])      # broadcast: kept
+    w = a - 1
+    w.copy_((b * 2).t())   # other strides: kept
+    return t * 2, u + 0, v + 0, w + 0
+
+a, b = torch.randn(4, 4).to("neuron"), torch.randn(4, 4).to("neuron")
+want = f(a, b)
+got = torch.compile(f, backend="neuron", fullgraph=True)(a, b)
+for g, w in zip(got, want):
+    torch.testing.assert_close(g.cpu(), w.cpu())
+folder = os.path.join(os.environ["TORCH_NEURONX_DEBUG_DIR"], "fx_graphs", "proc_0")
+(graph,) = [open(os.path.join(folder, name)).read() for name in os.listdir(folder)]
+print(graph.count("torch.ops.aten.copy.default("))
+dist.destroy_process_group()
+"""
+
+
+def test_identity_copies_are_dropped_and_the_others_kept(tmp_path):
+    """passes.drop_identity_copies: the copy functionalization leaves for an in-place all_reduce
+    and for a same-layout copy_ go; a broadcasting copy and a copy to other strides stay; the
+    values equal eager."""
+    result = run_python(IDENTITY_COPY_SCRIPT, {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff"),
+                                               "TORCH_NEURONX_DEBUG_DIR": str(tmp_path / "debug"),
+                                               "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS": "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == "2", result.stdout
+
+
+def test_a_copy_of_a_value_written_later_is_kept():
+    """A copy of a value that an op (or a view's op) writes afterwards keeps its own memory: the
+    copy holds the value from before the write."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch_neuron_sim.compile import passes
+
+    def written(d, s0):
+        s = s0 * 1
+        c = torch.ops.aten.copy.default(d, s)
+        s[0].add_(1)  # through a view
+        return c + 0, s
+
+    def not_written(d, s0):
+        s = s0 * 1
+        c = torch.ops.aten.copy.default(d, s)
+        return c + 0, s
+
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    for fn, dropped in ((written, 0), (not_written, 1)):
+        gm = make_fx(fn, tracing_mode="fake")(x, y)
+        assert passes.drop_identity_copies(gm) == dropped, fn.__name__
+        torch.testing.assert_close(gm(x, y), fn(x, y))
+
+
 def test_the_cut_keeps_graph_order_and_collective_results_out_of_programs():
     """segments._partitions: a collective, its wait_tensor and the getitems of its results are
     dispatched; runs of other nodes alternate with them in graph order (work placed between a

@@ -124,6 +124,21 @@ def test_dense_layout_and_seqused_k():
                                atol=2e-5, rtol=2e-5)
 
 
+def test_float64_inputs_keep_a_float32_logsumexp_eager_and_compiled():
+    """Review 28: the 64-bit rule widened every result of the kernel back to float64; the logsumexp
+    is float32 in CUDA's contract, PyTorch's meta function and the compiled path."""
+    q, k, v, cu_q, cu_k = packed([2, 4], dtype=torch.float64)
+    args = [t.to(D) for t in (q, k, v, cu_q, cu_k)]
+    out, lse, *_ = torch.ops.aten._flash_attention_forward(*args, 4, 4, 0.0, True, False)
+    assert out.dtype == torch.float64 and lse.dtype == torch.float32
+
+    def f(q, k, v, cu_q, cu_k):
+        return varlen_attn(q, k, v, cu_q, cu_k, 4, 4, window_size=(-1, 0), return_aux=AuxRequest(lse=True))[1]
+
+    assert f(*args).dtype == torch.compile(f, backend="neuron", fullgraph=True)(*args).dtype == torch.float32
+    torch.testing.assert_close(lse.cpu().double(), reference(q, k, v, cu_q, cu_k, (-1, 0))[1], atol=2e-5, rtol=2e-5)
+
+
 def test_no_dropout_inplace_overload_writes_out():
     q, k, v, cu_q, cu_k = packed([3, 4])
     out = torch.empty_like(q, device=D)
@@ -150,7 +165,11 @@ def test_no_dropout_inplace_overload_writes_out():
      "alibi_slopes are not supported"),
     (lambda q, k, v, c: torch.ops.aten._flash_attention_forward(q, k, v.double(), c, c, 4, 4, 0.0, True, False),
      "need one dtype"),
-], ids=["dropout", "heads", "one-offsets", "offsets-out-of-range", "value-head-size", "alibi", "dtypes"])
+    (lambda q, k, v, c: torch.ops.aten._flash_attention_forward(q[..., :0], k[..., :0], v[..., :0], c, c, 4, 4, 0.0,
+                                                                True, False),
+     "a head size of 1 or more"),  # review 28: 1/sqrt(0) made the logsumexp NaN
+], ids=["dropout", "heads", "one-offsets", "offsets-out-of-range", "value-head-size", "alibi", "dtypes",
+        "head-size-0"])
 def test_bad_input_is_refused_with_what_was_wrong(call, message):
     q, k, v, cu, _ = packed([4, 4])
     with pytest.raises(RuntimeError, match=message):

@@ -428,6 +428,71 @@ def reinplace_input_updates(gm):
     return len(updated)
 
 
+
+def _writes(node, argument):
+    """Whether `node` may write the tensor it is given as `argument` (its schema's alias_info)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return node.op == "call_function"  # not an op: assume it may
+    for position, formal in enumerate(schema.arguments):
+        given = node.args[position] if position < len(node.args) else node.kwargs.get(formal.name)
+        tree = given if isinstance(given, (list, tuple)) else [given]
+        if any(item is argument for item in tree) and formal.alias_info is not None and formal.alias_info.is_write:
+            return True
+    return False
+
+
+def _is_view(node):
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+
+
+def _written(value):
+    """Whether any op writes `value` or a view of it."""
+    aliases, seen = [value], {value}
+    while aliases:
+        alias = aliases.pop()
+        for user in alias.users:
+            if _writes(user, alias):
+                return True
+            if user.op == "call_function" and _is_view(user) and user not in seen:
+                seen.add(user)
+                aliases.append(user)
+    return False
+
+
+def drop_identity_copies(gm):
+    """aten.copy(destination, source) -> source when the copy only takes source's values: equal
+    dtype, device, shape, strides and offset, so nothing is cast, broadcast or laid out anew.
+    Functionalization leaves one per in-place update of a value that is not an input, as
+    transformers' row-parallel `dist.all_reduce(output)` (its result is copied into `output`'s
+    place); the copy is a launch of its own in a program. Kept: a copy that is a graph output
+    (its identity is the caller's), and any copy of a graph input or of a value some op writes
+    (a later write would show through)."""
+    graph = gm.graph
+    outputs = {n for node in graph.nodes if node.op == "output"
+               for n in torch.utils._pytree.tree_leaves(node.args) if isinstance(n, torch.fx.Node)}
+    dropped = 0
+    for copy in list(graph.nodes):
+        if copy.op != "call_function" or copy.target is not aten.copy.default or len(copy.args) < 2 or \
+                copy in outputs:
+            continue
+        source = copy.args[1]
+        if not isinstance(source, torch.fx.Node) or source.op != "call_function" or \
+                not isinstance(_val(source), torch.Tensor) or not _same_meta(_val(copy), _val(source)):
+            continue
+        schema = getattr(source.target, "_schema", None)
+        if schema is None or any(r.alias_info is not None for r in schema.returns):
+            continue  # a view of something else, which may be written
+        if _written(source):
+            continue
+        copy.replace_all_uses_with(source)
+        graph.erase_node(copy)
+        dropped += 1
+    if dropped:
+        gm.recompile()
+    return dropped
+
 _WITH_GENERATOR = {}
 
 
@@ -591,6 +656,7 @@ def run_passes(gm, on_device_ops):
     stats["seeded"] = seeded_ops_take_a_generator(gm)
     stats["narrowed_64bit"] = narrow_64bit(gm, on_device_ops)
     stats["reinplaced"] = reinplace_input_updates(gm)  # before folding: it propagates fake values again
+    stats["identity_copies"] = drop_identity_copies(gm)
     stats["folded"] = fold_constants(gm)
     eliminate_dead_code(gm)
     stats["nodes"] = sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem)
