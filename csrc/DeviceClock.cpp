@@ -40,6 +40,8 @@ enum class Operands : uint8_t {
   kLinear,      // linear: (x, weight[n, k], bias)
   kConvolution, // convolution: (input, weight[out, in/groups, ...], bias)
   kAttention,   // scaled dot product attention: (q, k, v, ...): two matmuls and a softmax
+  kFlashAttention,          // FlashAttention's forward: (q, k, v, cum_seq_q, ...), packed or dense
+  kFlashAttentionBackward,  // its backward: (grad_out, q, k, v, out, logsumexp, cum_seq_q, ...)
 };
 struct OpClass {
   WorkKind kind = WorkKind::kPointwise;
@@ -71,6 +73,9 @@ OpClass classify_name(std::string_view full) {
         {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
          "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
          "_scaled_dot_product_efficient_attention", "_scaled_dot_product_fused_attention_overrideable"});
+    add(WorkKind::kMatmul, Operands::kFlashAttention,
+        {"_flash_attention_forward", "_flash_attention_forward_no_dropout_inplace", "flash_attention_forward"});
+    add(WorkKind::kMatmul, Operands::kFlashAttentionBackward, {"_flash_attention_backward", "flash_attention_backward"});
     add(WorkKind::kTranscendental, Operands::kGeneral,
         {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sigmoid", "gelu", "silu", "mish",
          "softplus", "erf", "erfc", "erfinv", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh",
@@ -317,6 +322,33 @@ int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
         work.matmul.k = work.matmul.n ? b->numel() / work.matmul.n : 0;
         const uint64_t out_elements = first_output ? uint64_t(first_output->numel()) : 0;
         work.matmul.m = work.matmul.n ? int64_t(out_elements) / work.matmul.n : 0;
+      } else if (op.operands == Operands::kFlashAttention || op.operands == Operands::kFlashAttentionBackward) {
+        // Note [FlashAttention's ops on neuron]: q [total, Hq, D] with N + 1 offsets, or dense
+        // [B, S, Hq, D]. A launch does not carry the offsets' values, so the N sequences are
+        // costed as N of the average length (total / N): a lower bound of the sum of squares.
+        // Forward: scores and weighted sum, two matmuls and a softmax (as kAttention); backward:
+        // the scores recomputed and dP (two of the scores' shape), dV, dQ and dK (three of the
+        // weighted sum's), and the elementwise dS between them.
+        const bool backward = op.operands == Operands::kFlashAttentionBackward;
+        const at::Tensor* q = operand(t.inputs, backward ? 1 : 0);
+        const at::Tensor* cum = operand(t.inputs, backward ? 6 : 3);
+        if (!q || (q->dim() != 3 && q->dim() != 4)) break;
+        const bool varlen = q->dim() == 3 && cum && cum->dim() == 1 && !at::isFloatingType(cum->scalar_type());
+        const int64_t heads = q->size(-2), embed = q->size(-1);
+        const int64_t sequences = varlen ? std::max<int64_t>(cum->numel() - 1, 1) : q->size(0);
+        const int64_t length = varlen ? (q->size(0) + sequences - 1) / sequences : q->size(1);
+        const int64_t batch = heads * sequences;
+        Work scores = work, softmax = work, weighted = work;
+        scores.matmul = {batch * (backward ? 2 : 1), length, embed, length};
+        softmax.kind = WorkKind::kSoftmax;
+        softmax.elements = uint64_t(batch * length * length);
+        weighted.matmul = {batch * (backward ? 3 : 1), length, length, embed};
+        softmax.hbm_bytes_read = softmax.hbm_bytes_written = weighted.hbm_bytes_read = weighted.hbm_bytes_written = 0;
+        softmax.eager_launch = weighted.eager_launch = false;
+        parts[0] = scores;
+        parts[1] = softmax;
+        parts[2] = weighted;
+        return 3;
       } else if (op.operands == Operands::kAttention) {
         const at::Tensor* v = operand(t.inputs, 2);
         if (!v || a->dim() < 2) break;

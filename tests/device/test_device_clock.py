@@ -436,3 +436,34 @@ def test_device_counters_name_their_device_and_refuse_to_subtract_two_devices():
     assert (first - torch_neuronx.device_counters(0)).device == 0
     with pytest.raises(ValueError, match="different devices"):
         first - second
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["varlen", "dense"])
+def test_flash_attention_costs_its_sequences_matmuls_forward_and_backward(dense):
+    """FlashAttention's ops (varlen attention, Note [FlashAttention's ops on neuron]) are costed as
+    attention per sequence: forward 2 matmuls of 2 L^2 D FLOPs per head and sequence, backward 5
+    (N sequences of the average length L = total / N: a launch does not carry the offsets)."""
+    from torch.nn.attention.varlen import varlen_attn
+    heads, dim = 4, 16
+
+    def flops(sequences, total=24):
+        if dense:
+            q, k, v = (torch.randn(sequences, total // sequences, heads, dim, device="neuron").requires_grad_()
+                       for _ in range(3))
+            call = lambda: torch.ops.aten._flash_attention_forward(q, k, v, None, None, 0, 0, 0.0, True, False)[0]  # noqa: E731
+        else:
+            q, k, v = (torch.randn(total, heads, dim, device="neuron").requires_grad_() for _ in range(3))
+            cu = torch.linspace(0, total, sequences + 1).round().to(torch.int32).to("neuron")
+            call = lambda: varlen_attn(q, k, v, cu, cu, total, total, window_size=(-1, 0))  # noqa: E731
+        start = torch_neuronx.device_counters()
+        out = call()
+        forward = (torch_neuronx.device_counters() - start).flops
+        grad = torch.ones_like(out)
+        start = torch_neuronx.device_counters()
+        out.backward(grad)
+        return forward, (torch_neuronx.device_counters() - start).flops
+
+    for sequences in (2, 4):
+        length = 24 // sequences
+        per_matmul = 2 * heads * sequences * length * length * dim
+        assert flops(sequences) == (2 * per_matmul, 5 * per_matmul), sequences
