@@ -242,6 +242,24 @@ neuron_rt::MatmulShape matmul_shape(const at::Tensor& a, const at::Tensor& b) {
   return s;
 }
 
+// An attention's three parts from parts[0] (its operands' HBM traffic, counted once there): the
+// scores' matmul, a softmax over `softmax_elements` and the weighted sum's matmul, the last two
+// without a launch or HBM traffic of their own (the scores stay on chip).
+int attention_parts(std::array<Work, kMaxLaunchParts>& parts, const neuron_rt::MatmulShape& scores_shape,
+                    uint64_t softmax_elements, const neuron_rt::MatmulShape& weighted_shape) {
+  Work scores = parts[0], softmax = parts[0], weighted = parts[0];
+  scores.matmul = scores_shape;
+  softmax.kind = WorkKind::kSoftmax;
+  softmax.elements = softmax_elements;
+  weighted.matmul = weighted_shape;
+  softmax.hbm_bytes_read = softmax.hbm_bytes_written = weighted.hbm_bytes_read = weighted.hbm_bytes_written = 0;
+  softmax.eager_launch = weighted.eager_launch = false;
+  parts[0] = scores;
+  parts[1] = softmax;
+  parts[2] = weighted;
+  return 3;
+}
+
 // Fills `parts` with the launch's work (one part, or three for an attention); returns how many.
 int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
   Work& work = parts[0];
@@ -338,17 +356,8 @@ int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
         const int64_t sequences = varlen ? std::max<int64_t>(cum->numel() - 1, 1) : q->size(0);
         const int64_t length = varlen ? (q->size(0) + sequences - 1) / sequences : q->size(1);
         const int64_t batch = heads * sequences;
-        Work scores = work, softmax = work, weighted = work;
-        scores.matmul = {batch * (backward ? 2 : 1), length, embed, length};
-        softmax.kind = WorkKind::kSoftmax;
-        softmax.elements = uint64_t(batch * length * length);
-        weighted.matmul = {batch * (backward ? 3 : 1), length, length, embed};
-        softmax.hbm_bytes_read = softmax.hbm_bytes_written = weighted.hbm_bytes_read = weighted.hbm_bytes_written = 0;
-        softmax.eager_launch = weighted.eager_launch = false;
-        parts[0] = scores;
-        parts[1] = softmax;
-        parts[2] = weighted;
-        return 3;
+        return attention_parts(parts, {batch * (backward ? 2 : 1), length, embed, length}, uint64_t(batch * length * length),
+                               {batch * (backward ? 3 : 1), length, length, embed});
       } else if (op.operands == Operands::kAttention) {
         const at::Tensor* v = operand(t.inputs, 2);
         if (!v || a->dim() < 2) break;
@@ -357,17 +366,8 @@ int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
         // operands' and the output's, counted once on the first part.
         const int64_t length = a->size(-2), embed = a->size(-1), source = b->size(-2), value_embed = v->size(-1);
         const int64_t heads = (length * embed) != 0 ? a->numel() / (length * embed) : 0;
-        Work scores = work, softmax = work, weighted = work;  // copies: `work` is parts[0]
-        scores.matmul = {heads, length, embed, source};
-        softmax.kind = WorkKind::kSoftmax;
-        softmax.elements = uint64_t(heads * length * source);
-        weighted.matmul = {heads, length, source, value_embed};
-        softmax.hbm_bytes_read = softmax.hbm_bytes_written = weighted.hbm_bytes_read = weighted.hbm_bytes_written = 0;
-        softmax.eager_launch = weighted.eager_launch = false;
-        parts[0] = scores;
-        parts[1] = softmax;
-        parts[2] = weighted;
-        return 3;
+        return attention_parts(parts, {heads, length, embed, source}, uint64_t(heads * length * source),
+                               {heads, length, source, value_embed});
       } else {
         work.matmul = matmul_shape(*a, *b);
       }
