@@ -239,8 +239,10 @@ std::vector<at::Tensor> forward(const char* op, const at::Tensor& query, const a
   const at::Tensor &cum_q = value_or_undefined(cum_seq_q), &cum_k = value_or_undefined(cum_seq_k);
   const Attention a = check_inputs(op, query, key, value, cum_q, cum_k, dropout_p, is_causal, scale, window_size_left,
                                    window_size_right);
+  const std::vector<at::Tensor> inputs{query, key, value, cum_q, cum_k, value_or_undefined(seqused_k)};
+  if (query.device().type() != kNeuron) return forward_body(op, a, inputs);  // CPU (a program's host views) or Meta
   TensorBody body = [op, a](const std::vector<at::Tensor>& in) { return forward_body(op, a, in); };
-  return float32_logsumexp(run_kernel(op, {query, key, value, cum_q, cum_k, value_or_undefined(seqused_k)}, body));
+  return float32_logsumexp(run_kernel(op, inputs, body));
 }
 
 // rng_state and `unused` as CUDA returns them (seed and offset for dropout; dropout_p is 0 here),
@@ -324,6 +326,30 @@ std::vector<at::Tensor> backward_body(const char* op, const Attention& a, const 
   return {dq, dk, dv};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
+    const char* op, const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const at::Tensor& out, const at::Tensor& logsumexp, const at::Tensor& cum_seq_q, const at::Tensor& cum_seq_k,
+    double dropout_p, bool is_causal, std::optional<double> scale, std::optional<int64_t> window_size_left,
+    std::optional<int64_t> window_size_right) {
+  const Attention a = check_inputs(op, query, key, value, cum_seq_q, cum_seq_k, dropout_p, is_causal, scale,
+                                   window_size_left, window_size_right);
+  TORCH_CHECK(grad_out.sizes() == query.sizes() && out.sizes() == query.sizes(), op, ": expected grad_out and out of ",
+              "the query's shape ", query.sizes(), ", got ", grad_out.sizes(), " and ", out.sizes());
+  const std::vector<int64_t> lse_shape =
+      a.varlen ? std::vector<int64_t>{a.heads_q, query.size(0)} : std::vector<int64_t>{a.batch, a.heads_q, query.size(1)};
+  TORCH_CHECK(logsumexp.sizes() == c10::IntArrayRef(lse_shape), op, ": expected the forward's logsumexp of shape ",
+              c10::IntArrayRef(lse_shape), ", got ", logsumexp.sizes());
+  const std::vector<at::Tensor> inputs{grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k};
+  std::vector<at::Tensor> r;
+  if (query.device().type() == kNeuron) {
+    TensorBody body = [op, a](const std::vector<at::Tensor>& in) { return backward_body(op, a, in); };
+    r = run_kernel(op, inputs, body);
+  } else {  // CPU (a program's host views) or Meta
+    r = backward_body(op, a, inputs);
+  }
+  return {r[0], r[1], r[2]};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
     const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
     const at::Tensor& out, const at::Tensor& logsumexp, const at::Tensor& cum_seq_q, const at::Tensor& cum_seq_k,
@@ -332,18 +358,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
     std::optional<int64_t> window_size_right) {
   static TrackedOp counter("aten::_flash_attention_backward", KernelPath::kHot);
   return run_tracked(counter, [&]() -> std::tuple<at::Tensor, at::Tensor, at::Tensor> {
-    const char* op = "_flash_attention_backward";
-    const Attention a = check_inputs(op, query, key, value, cum_seq_q, cum_seq_k, dropout_p, is_causal, scale,
-                                     window_size_left, window_size_right);
-    TORCH_CHECK(grad_out.sizes() == query.sizes() && out.sizes() == query.sizes(), op, ": expected grad_out and out of ",
-                "the query's shape ", query.sizes(), ", got ", grad_out.sizes(), " and ", out.sizes());
-    const std::vector<int64_t> lse_shape =
-        a.varlen ? std::vector<int64_t>{a.heads_q, query.size(0)} : std::vector<int64_t>{a.batch, a.heads_q, query.size(1)};
-    TORCH_CHECK(logsumexp.sizes() == c10::IntArrayRef(lse_shape), op, ": expected the forward's logsumexp of shape ",
-                c10::IntArrayRef(lse_shape), ", got ", logsumexp.sizes());
-    TensorBody body = [op, a](const std::vector<at::Tensor>& in) { return backward_body(op, a, in); };
-    auto r = run_kernel(op, {grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k}, body);
-    return {r[0], r[1], r[2]};
+    return backward("_flash_attention_backward", grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k,
+                    dropout_p, is_causal, scale, window_size_left, window_size_right);
   });
 }
 
@@ -357,18 +373,8 @@ std::tuple<at::Tensor, at::Tensor> neuron_forward(const at::Tensor& query, const
                                                   std::optional<double> scale, std::optional<int64_t> window_size_left,
                                                   std::optional<int64_t> window_size_right,
                                                   const std::optional<at::Tensor>& seqused_k) {
-  const char* op = "neuron::flash_attention_forward";
-  const at::Tensor &cum_q = value_or_undefined(cum_seq_q), &cum_k = value_or_undefined(cum_seq_k);
-  const Attention a = check_inputs(op, query, key, value, cum_q, cum_k, 0.0, is_causal, scale, window_size_left,
-                                   window_size_right);
-  const std::vector<at::Tensor> inputs{query, key, value, cum_q, cum_k, value_or_undefined(seqused_k)};
-  std::vector<at::Tensor> r;
-  if (query.device().type() == kNeuron) {
-    TensorBody body = [op, a](const std::vector<at::Tensor>& in) { return forward_body(op, a, in); };
-    r = float32_logsumexp(run_kernel(op, inputs, body));
-  } else {  // CPU (a program's host views) or Meta
-    r = forward_body(op, a, inputs);
-  }
+  auto r = forward("neuron::flash_attention_forward", query, key, value, cum_seq_q, cum_seq_k, 0.0, is_causal, scale,
+                   window_size_left, window_size_right, seqused_k, std::nullopt, std::nullopt);
   return {r[0], r[1]};
 }
 
@@ -377,19 +383,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> neuron_backward(
     const at::Tensor& out, const at::Tensor& logsumexp, const std::optional<at::Tensor>& cum_seq_q,
     const std::optional<at::Tensor>& cum_seq_k, bool is_causal, std::optional<double> scale,
     std::optional<int64_t> window_size_left, std::optional<int64_t> window_size_right) {
-  const char* op = "neuron::flash_attention_backward";
-  const at::Tensor &cum_q = value_or_undefined(cum_seq_q), &cum_k = value_or_undefined(cum_seq_k);
-  const Attention a = check_inputs(op, query, key, value, cum_q, cum_k, 0.0, is_causal, scale, window_size_left,
-                                   window_size_right);
-  const std::vector<at::Tensor> inputs{grad_out, query, key, value, out, logsumexp, cum_q, cum_k};
-  std::vector<at::Tensor> r;
-  if (query.device().type() == kNeuron) {
-    TensorBody body = [op, a](const std::vector<at::Tensor>& in) { return backward_body(op, a, in); };
-    r = run_kernel(op, inputs, body);
-  } else {
-    r = backward_body(op, a, inputs);
-  }
-  return {r[0], r[1], r[2]};
+  return backward("neuron::flash_attention_backward", grad_out, query, key, value, out, logsumexp,
+                  value_or_undefined(cum_seq_q), value_or_undefined(cum_seq_k), 0.0, is_causal, scale,
+                  window_size_left, window_size_right);
 }
 
 TORCH_LIBRARY(neuron, m) {

@@ -428,7 +428,6 @@ def reinplace_input_updates(gm):
     return len(updated)
 
 
-
 def _writes(node, argument):
     """Whether `node` may write the tensor it is given as `argument` (its schema's alias_info)."""
     schema = getattr(node.target, "_schema", None)
@@ -492,6 +491,7 @@ def drop_identity_copies(gm):
     if dropped:
         gm.recompile()
     return dropped
+
 
 _WITH_GENERATOR = {}
 
