@@ -166,7 +166,7 @@ def tp_generate(tokens, rounds=2):
     step goes on each rank (--breakdown) at tp 1 and 2."""
     import json
     script = os.path.join(HERE, "tp_generate.py")
-    results, breakdowns = {}, {}
+    results, breakdowns, guards = {}, {}, {}
     modes = {"eager": [], "compiled": ["--compiled"]}
     for size in ("small", "medium"):
         with tempfile.TemporaryDirectory() as model:
@@ -178,10 +178,25 @@ def tp_generate(tokens, rounds=2):
                     one = json.loads(subprocess.run([sys.executable, script, model, "--tokens", str(tokens), *flags],
                                                     check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
                     speeds[mode, 1].append(one["tok_s"])
+                    last = {}
                     for world in (2, 4):
-                        got = json.loads(torchrun(world, "tp_generate.py", model, "--tokens", str(tokens), *flags))
+                        got = last[world] = json.loads(torchrun(world, "tp_generate.py", model, "--tokens", str(tokens),
+                                                                *flags))
                         speeds[mode, world].append(got["tok_s"])
                         same[mode, world] = same.get((mode, world), True) and got["tokens"] == one["tokens"]
+                    if mode == "compiled":
+                        guards.setdefault((size, "compiled", 1), []).append(one.get("guard_us"))
+                        for world in (2, 4):
+                            guards.setdefault((size, "compiled", world), []).append(last[world].get("guard_us"))
+                    if size == "small" and mode == "compiled":  # PyTorch's nn-module guard filter (a user's option)
+                        for world in (1, 2, 4):
+                            args = (model, "--tokens", str(tokens), "--compiled", "--skip-module-guards")
+                            got = json.loads(torchrun(world, "tp_generate.py", *args) if world > 1 else subprocess.run(
+                                [sys.executable, script, *args], check=True, capture_output=True,
+                                text=True).stdout.strip().splitlines()[-1])
+                            speeds.setdefault(("unguarded", world), []).append(got["tok_s"])
+                            guards.setdefault((size, "unguarded", world), []).append(got.get("guard_us"))
+                            same["unguarded", world] = same.get(("unguarded", world), True) and got["tokens"] == one["tokens"]
                     if size == "small" and mode == "compiled":  # the graph cut at its collectives, as before
                         for world in (2, 4):
                             got = json.loads(torchrun(world, "tp_generate.py", model, "--tokens", str(tokens),
@@ -195,7 +210,8 @@ def tp_generate(tokens, rounds=2):
                     capture_output=True, text=True).stdout.strip().splitlines()[-1])["ms_per_token"]
                 breakdowns[2] = json.loads(torchrun(2, "tp_generate.py", model, "--tokens", str(tokens),
                                                     "--breakdown"))["ms_per_token"]
-    return results, breakdowns
+    guard_us = {key: statistics.median(times) if None not in times else None for key, times in guards.items()}
+    return results, breakdowns, guard_us
 
 
 def torchtitan_data_parallel(rounds=2):
@@ -414,7 +430,7 @@ def main():
                 row += [f"{bus['neuron']:.2f}", f"{bus['cpu']:.2f}", f"{times['cpu'] / times['neuron']:.2f}",
                         f"{bus['neuron'] * 1e9 / memcpy:.0%}", f"{times['neuron'] * 1e6:.0f} / {times['cpu'] * 1e6:.0f}"]
             collective_rows.append(row)
-    tp, breakdown = tp_generate(tokens)
+    tp, breakdown, guard_us = tp_generate(tokens)
     titan = torchtitan_data_parallel()
     lines += [
         "",
@@ -480,6 +496,34 @@ def main():
     for world, ranks in breakdown.items():
         for rank, parts in enumerate(ranks):
             lines.append(f"| tp {world}, rank {rank} | " + " | ".join(f"{parts.get(g, 0.0):.2f}" for g in groups) + " |")
+    def us(value):
+        return "-" if value is None else f"{value:.0f}"
+
+    small = tp["small"]
+    lines += [
+        "",
+        "Dynamo's guards on the compiled decode step of the small model: the microseconds its guard tree "
+        "takes to accept one decode call (bench/tp_generate.py guard_check_us: the median of 300 checks on "
+        "the last call's arguments, rank 0), which every call pays on the host before the program runs; "
+        "and the same runs compiled with PyTorch's guard filter `torch.compiler.skip_guard_on_all_nn_modules_unsafe` "
+        "(a user's option, passed as `CompileConfig(backend=\"neuron\", dynamic=False, mode=None, "
+        "options={\"guard_filter_fn\": ...})`; no guards on module attributes, so a module changed after "
+        "compiling is not noticed). Under tensor parallelism the tree holds transformers' TP forwards "
+        "(their closures and module attributes) and a Python guard per DTensor parameter (its placements and mesh).",
+        "",
+        "| tp | guards us per call | compiled tok/s | / tp 1 | nn-module guards skipped: guards us | tok/s | / tp 1 "
+        "| tokens equal tp 1 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for world in (1, 2, 4):
+        if ("unguarded", world) not in small:
+            continue
+        lines.append(
+            f"| {world} | {us(guard_us.get(('small', 'compiled', world)))} | {small['compiled', world][0]:.1f} | "
+            f"{small['compiled', world][0] / small['compiled', 1][0]:.2f} | "
+            f"{us(guard_us.get(('small', 'unguarded', world)))} | {small['unguarded', world][0]:.1f} | "
+            f"{small['unguarded', world][0] / small['unguarded', 1][0]:.2f} | "
+            f"{'yes' if small['unguarded', world][1] else 'NO'} |")
     lines += [
         "",
         "torchtitan's llama3 debug model (6M parameters; the runs of tests/distributed/test_torchtitan.py: "
@@ -528,6 +572,12 @@ def main():
         "the model's Python and per-op dispatch go: each rank runs one program per stretch between",
         "all-reduces (Note [Graphs with collectives]), and what stays per rank is generate's Python,",
         "the programs' nodes and the all-reduces.",
+        "What is left between a compiled tp 2 rank and tp 1 is host work that is PyTorch's and",
+        "transformers': Dynamo's guards (the guards table: a tree about twice tp 1's, with transformers'",
+        "TP forwards and a Python guard per DTensor parameter, several times tp 1's time per call), and",
+        "the wait at each all-reduce for the other rank, whose host Python on these shared cores runs",
+        "a little slower or faster each token (the ranks enter a decode step hundreds of microseconds",
+        "apart). Skipping the nn-module guards (a user's option, with its caveat) removes the first.",
     ]
     with open(args.output, "w") as handle:
         handle.write("\n".join(lines) + "\n")

@@ -85,6 +85,9 @@ def main():
     parser.add_argument("--size", choices=sorted(SIZES), default="small", help="with --make")
     parser.add_argument("--breakdown", action="store_true")
     parser.add_argument("--compiled", action="store_true")
+    parser.add_argument("--skip-module-guards", action="store_true",
+                        help="compiled with PyTorch's guard filter torch.compiler.skip_guard_on_all_nn_modules_unsafe "
+                             "(a user's option through transformers' CompileConfig)")
     parser.add_argument("--cut-at-collectives", action="store_true",
                         help="compiled graphs are cut at their collectives (NEURON_SIM_COLLECTIVES_IN_PROGRAMS=0)")
     args = parser.parse_args()
@@ -102,6 +105,14 @@ def main():
     ids = torch.tensor([[1, 300, 301, 302, 303, 304, 305, 306]], device=model.device)
 
     options = {"cache_implementation": "static"} if args.compiled else {}
+    if args.skip_module_guards:
+        from transformers import CompileConfig
+        # transformers' default for neuron (backend "neuron", static shapes) plus the guard filter;
+        # torch.compile takes a mode or options, not both
+        model.generation_config.compile_config = CompileConfig(
+            backend="neuron", dynamic=False, mode=None,
+            options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
+    decode_call = capture_decode_call(model) if args.compiled else None
 
     def generate():
         return model.generate(ids, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False, **options)
@@ -114,10 +125,63 @@ def main():
         start = time.perf_counter()
         tokens = generate()
         samples.append(time.perf_counter() - start)
+    result = {"tok_s": args.tokens / statistics.median(samples), "tokens": tokens.tolist()}
+    if decode_call:
+        result["guard_us"] = guard_check_us(*decode_call)
     if not dist.is_initialized() or dist.get_rank() == 0:
-        print(json.dumps({"tok_s": args.tokens / statistics.median(samples), "tokens": tokens.tolist()}))
+        print(json.dumps(result))
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def capture_decode_call(model):
+    """Keeps the model and the arguments of the last call of generate's compiled decode step
+    (transformers' get_compiled_call) in the list it returns."""
+    call = []
+    compiled_call = type(model).get_compiled_call
+
+    def get_compiled_call(self, compile_config):
+        compiled = compiled_call(self, compile_config)
+
+        def decode(*args, **kwargs):
+            call[:] = [self, args, kwargs]
+            return compiled(*args, **kwargs)
+
+        return decode
+
+    model.get_compiled_call = get_compiled_call.__get__(model)
+    return call
+
+
+def guard_check_us(model, args, kwargs, checks=300):
+    """Microseconds Dynamo's guards take to accept one compiled decode call (median of `checks`
+    runs of the guard tree on that call's arguments): the host work torch.compile adds before
+    each call. Reads Dynamo's cache entry (PyTorch internals): None when it is not found."""
+    import inspect
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    function = type(model).forward
+    while function is not None:
+        entries = _debug_get_cache_entry_list(function.__code__)
+        if entries:
+            break
+        function = getattr(function, "__wrapped__", None)
+    if function is None or len(entries) != 1:
+        return None
+    bound = inspect.signature(function, follow_wrapped=False).bind(model, *args, **kwargs)
+    bound.apply_defaults()  # an empty *args too
+    frame = dict(bound.arguments)
+    frame.update({name: cell.cell_contents for name, cell in zip(function.__code__.co_freevars,
+                                                                  function.__closure__ or ())})
+    guards = entries[0].guard_manager
+    with torch.no_grad():  # as generate calls it
+        if not guards.check(frame):
+            return None
+        times = []
+        for _ in range(checks):
+            start = time.perf_counter_ns()
+            guards.check(frame)
+            times.append(time.perf_counter_ns() - start)
+    return statistics.median(times) / 1e3
 
 
 def breakdown(generate, tokens):

@@ -636,6 +636,11 @@ def tp_scenario(model_dir, out_dir):
     options = {}
     if os.environ.get("TP_STATIC") == "1":  # transformers compiles the decode step (backend "neuron")
         options["cache_implementation"] = "static"
+    if os.environ.get("TP_GUARD_FILTER") == "1":  # README: PyTorch's guard filter through CompileConfig
+        from transformers import CompileConfig
+        options["compile_config"] = CompileConfig(
+            backend="neuron", dynamic=False, mode=None,
+            options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
     tokens = model.generate(prompt, max_new_tokens=int(os.environ["TP_NEW_TOKENS"]), do_sample=False, **options)
     if options:
         from torch._dynamo.utils import counters

@@ -279,6 +279,8 @@ TP_VARIANTS = {
     "DistributedConfig": ({}, WORLD),
     "device_mesh": ({"TP_MESH": "1"}, WORLD),
     "static cache, compiled": ({"TP_STATIC": "1"}, WORLD),
+    # README's option for TP decode: Dynamo's guards on module attributes skipped
+    "static cache, compiled, nn-module guards skipped": ({"TP_STATIC": "1", "TP_GUARD_FILTER": "1"}, WORLD),
     "4 ranks": (FOUR_CORES, 4),
     "4 ranks, static cache, compiled": (dict(FOUR_CORES, TP_STATIC="1"), 4),
 }
