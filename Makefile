@@ -10,6 +10,10 @@ export PATH := /usr/lib/ccache:$(PATH)
 export MAX_JOBS := 2
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+# ccache keys on paths relative to the checkout (and not on the working directory), so a clean
+# clone elsewhere, CI's included, reuses what an earlier build of the same sources compiled.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
 
 DEBIAN_PACKAGES := g++ cmake ninja-build libgtest-dev ccache
 SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h csrc/compile/*.cpp csrc/compile/*.h csrc/distributed/*.cpp csrc/distributed/*.h runtime/*.cpp runtime/*.h) setup.py pyproject.toml
@@ -137,13 +141,15 @@ fuzz:
 # Two workers (pytest-xdist), a test file on one worker at a time: the suites spend much of
 # their time waiting for the child processes they start, so two share the machine's cores.
 XDIST := -n 2 --dist loadfile
+# The slowest tests of a suite, listed at its end (CI's time budget is watched from these).
+DURATIONS := --durations=25 --durations-min=5
 test-python: build
-	$(PY) -m pytest -q $(XDIST) tests -m "not distributed_extra"
+	$(PY) -m pytest -q $(DURATIONS) $(XDIST) tests -m "not distributed_extra"
 
 # The longer distributed cases (4 ranks, every transport, training, hosts in network
 # namespaces, killed ranks, torchtitan): CI runs them after `make test`.
 test-distributed: build torchtitan-venv
-	$(PY) -m pytest -q tests -m distributed_extra
+	$(PY) -m pytest -q $(DURATIONS) tests -m distributed_extra
 
 # torchtitan for tests/distributed/test_torchtitan.py: the versions requirements-torchtitan.txt pins,
 # in a virtual environment layered on .venv (a .pth file adds .venv's site-packages after its own, so
