@@ -40,6 +40,7 @@ enum class Operands : uint8_t {
   kLinear,      // linear: (x, weight[n, k], bias)
   kConvolution, // convolution: (input, weight[out, in/groups, ...], bias)
   kAttention,   // scaled dot product attention: (q, k, v, ...): two matmuls and a softmax
+  kAttentionBackward,  // its backward: (grad_out, q, k, v, ...): five matmuls and the softmax's backward
   kFlashAttention,          // FlashAttention's forward: (q, k, v, cum_seq_q, ...), packed or dense
   kFlashAttentionBackward,  // its backward: (grad_out, q, k, v, out, logsumexp, cum_seq_q, ...)
 };
@@ -73,6 +74,10 @@ OpClass classify_name(std::string_view full) {
         {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
          "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
          "_scaled_dot_product_efficient_attention", "_scaled_dot_product_fused_attention_overrideable"});
+    add(WorkKind::kMatmul, Operands::kAttentionBackward,
+        {"_scaled_dot_product_flash_attention_for_cpu_backward", "_scaled_dot_product_flash_attention_backward",
+         "_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_cudnn_attention_backward",
+         "_scaled_dot_product_fused_attention_overrideable_backward"});
     add(WorkKind::kMatmul, Operands::kFlashAttention,
         {"_flash_attention_forward", "_flash_attention_forward_no_dropout_inplace", "flash_attention_forward"});
     add(WorkKind::kMatmul, Operands::kFlashAttentionBackward, {"_flash_attention_backward", "flash_attention_backward"});
@@ -358,16 +363,25 @@ int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
         const int64_t batch = heads * sequences;
         return attention_parts(parts, {batch * (backward ? 2 : 1), length, embed, length}, uint64_t(batch * length * length),
                                {batch * (backward ? 3 : 1), length, length, embed});
-      } else if (op.operands == Operands::kAttention) {
-        const at::Tensor* v = operand(t.inputs, 2);
-        if (!v || a->dim() < 2) break;
+      } else if (op.operands == Operands::kAttention || op.operands == Operands::kAttentionBackward) {
+        // The backward's operands follow its grad_out: (grad_out, q, k, v, ...).
+        const bool backward = op.operands == Operands::kAttentionBackward;
+        if (backward) {
+          a = operand(t.inputs, 1);
+          b = operand(t.inputs, 2);
+        }
+        const at::Tensor* v = operand(t.inputs, backward ? 3 : 2);
+        if (!a || !b || !v || a->dim() < 2 || b->dim() < 2) break;
         // q [..., L, E], k [..., S, E], v [..., S, Ev]: q k^T, a softmax over S, then @ v; the
         // scores stay on chip (as a fused attention kernel keeps them), so HBM traffic is the
         // operands' and the output's, counted once on the first part.
         const int64_t length = a->size(-2), embed = a->size(-1), source = b->size(-2), value_embed = v->size(-1);
         const int64_t heads = (length * embed) != 0 ? a->numel() / (length * embed) : 0;
-        return attention_parts(parts, {heads, length, embed, source}, uint64_t(heads * length * source),
-                               {heads, length, source, value_embed});
+        // The backward (as FlashAttention's, above): the scores recomputed and dP = dO v^T (two of
+        // the scores' shape), dV, dQ and dK (three of the weighted sum's), the elementwise dS.
+        return attention_parts(parts, {heads * (backward ? 2 : 1), length, embed, source},
+                               uint64_t(heads * length * source),
+                               {heads * (backward ? 3 : 1), length, source, value_embed});
       } else {
         work.matmul = matmul_shape(*a, *b);
       }

@@ -166,7 +166,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backw
     };
     std::vector<at::Tensor> inputs{grad_out, query, key, value, out, logsumexp};
     if (has_mask) inputs.push_back(attn_bias);
-    auto results = run_kernel("aten::scaled_dot_product_attention backward", inputs, body);
+    auto results = run_kernel("aten::_scaled_dot_product_fused_attention_overrideable_backward", inputs, body);
     return {results[0], results[1], results[2], at::Tensor()};
   });
 }

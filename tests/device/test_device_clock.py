@@ -467,3 +467,31 @@ def test_flash_attention_costs_its_sequences_matmuls_forward_and_backward(dense)
         length = 24 // sequences
         per_matmul = 2 * heads * sequences * length * length * dim
         assert flops(sequences) == (2 * per_matmul, 5 * per_matmul), sequences
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("gqa", [False, True], ids=["mha", "gqa"])
+def test_attention_backward_costs_five_matmuls(compiled, gqa):
+    """scaled_dot_product_attention's backward is costed as attention (the scores recomputed, dP,
+    dV, dQ, dK: five matmuls of 2 L S D FLOPs per head), eager and compiled; it cost no FLOPs
+    before (its launch was not recognised). The forward: two."""
+    batch, heads, length, source, dim = 2, 4, 16, 24, 8
+    kv_heads = 2 if gqa else heads
+    q = torch.randn(batch, heads, length, dim, device="neuron", requires_grad=True)
+    k, v = (torch.randn(batch, kv_heads, source, dim, device="neuron", requires_grad=True) for _ in range(2))
+
+    def attention(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+
+    fn = torch.compile(attention, backend="neuron") if compiled else attention
+    fn(q, k, v).sum().backward()  # compiles both programs
+    start = torch_neuronx.device_counters()
+    out = fn(q, k, v)
+    forward = (torch_neuronx.device_counters() - start).flops
+    start = torch_neuronx.device_counters()
+    out.backward(torch.ones_like(out))
+    backward = (torch_neuronx.device_counters() - start).flops
+    per_matmul = 2 * batch * heads * length * source * dim
+    assert forward == 2 * per_matmul
+    # the backward's other work (the sum's gradient expanded: none here) adds no FLOPs
+    assert backward == 5 * per_matmul
