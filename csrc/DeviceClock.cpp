@@ -249,9 +249,15 @@ neuron_rt::MatmulShape matmul_shape(const at::Tensor& a, const at::Tensor& b) {
 
 // An attention's three parts from parts[0] (its operands' HBM traffic, counted once there): the
 // scores' matmul, a softmax over `softmax_elements` and the weighted sum's matmul, the last two
-// without a launch or HBM traffic of their own (the scores stay on chip).
-int attention_parts(std::array<Work, kMaxLaunchParts>& parts, const neuron_rt::MatmulShape& scores_shape,
-                    uint64_t softmax_elements, const neuron_rt::MatmulShape& weighted_shape) {
+// without a launch or HBM traffic of their own (the scores stay on chip). A backward is the
+// scores recomputed and dP = dO v^T (two matmuls of the scores' shape), dV, dQ and dK (three of
+// the weighted sum's) and the elementwise dS (the softmax's part).
+int attention_parts(std::array<Work, kMaxLaunchParts>& parts, bool backward, neuron_rt::MatmulShape scores_shape,
+                    uint64_t softmax_elements, neuron_rt::MatmulShape weighted_shape) {
+  if (backward) {
+    scores_shape.batch *= 2;
+    weighted_shape.batch *= 3;
+  }
   Work scores = parts[0], softmax = parts[0], weighted = parts[0];
   scores.matmul = scores_shape;
   softmax.kind = WorkKind::kSoftmax;
@@ -349,9 +355,7 @@ int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
         // Note [FlashAttention's ops on neuron]: q [total, Hq, D] with N + 1 offsets, or dense
         // [B, S, Hq, D]. A launch does not carry the offsets' values, so the N sequences are
         // costed as N of the average length (total / N): a lower bound of the sum of squares.
-        // Forward: scores and weighted sum, two matmuls and a softmax (as kAttention); backward:
-        // the scores recomputed and dP (two of the scores' shape), dV, dQ and dK (three of the
-        // weighted sum's), and the elementwise dS between them.
+        // Forward and backward as kAttention's (attention_parts).
         const bool backward = op.operands == Operands::kFlashAttentionBackward;
         const at::Tensor* q = operand(t.inputs, backward ? 1 : 0);
         const at::Tensor* cum = operand(t.inputs, backward ? 6 : 3);
@@ -361,8 +365,8 @@ int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
         const int64_t sequences = varlen ? std::max<int64_t>(cum->numel() - 1, 1) : q->size(0);
         const int64_t length = varlen ? (q->size(0) + sequences - 1) / sequences : q->size(1);
         const int64_t batch = heads * sequences;
-        return attention_parts(parts, {batch * (backward ? 2 : 1), length, embed, length}, uint64_t(batch * length * length),
-                               {batch * (backward ? 3 : 1), length, length, embed});
+        return attention_parts(parts, backward, {batch, length, embed, length}, uint64_t(batch * length * length),
+                               {batch, length, length, embed});
       } else if (op.operands == Operands::kAttention || op.operands == Operands::kAttentionBackward) {
         // The backward's operands follow its grad_out: (grad_out, q, k, v, ...).
         const bool backward = op.operands == Operands::kAttentionBackward;
@@ -377,11 +381,8 @@ int describe(const Launch& launch, std::array<Work, kMaxLaunchParts>& parts) {
         // operands' and the output's, counted once on the first part.
         const int64_t length = a->size(-2), embed = a->size(-1), source = b->size(-2), value_embed = v->size(-1);
         const int64_t heads = (length * embed) != 0 ? a->numel() / (length * embed) : 0;
-        // The backward (as FlashAttention's, above): the scores recomputed and dP = dO v^T (two of
-        // the scores' shape), dV, dQ and dK (three of the weighted sum's), the elementwise dS.
-        return attention_parts(parts, {heads * (backward ? 2 : 1), length, embed, source},
-                               uint64_t(heads * length * source),
-                               {heads * (backward ? 3 : 1), length, source, value_embed});
+        return attention_parts(parts, backward, {heads, length, embed, source}, uint64_t(heads * length * source),
+                               {heads, length, source, value_embed});
       } else {
         work.matmul = matmul_shape(*a, *b);
       }
