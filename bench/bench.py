@@ -145,11 +145,11 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def torchrun(world, script, *args):
+def torchrun(world, script, *args, env=None):
     """Runs `script` on `world` ranks under torchrun; returns rank 0's last line of output."""
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}",
                           f"--master-port={free_port()}", os.path.join(HERE, script), *args],
-                         capture_output=True, text=True, check=True, timeout=1800)
+                         capture_output=True, text=True, check=True, timeout=1800, env=env)
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -166,7 +166,7 @@ def tp_generate(tokens, rounds=2):
     step goes on each rank (--breakdown) at tp 1 and 2."""
     import json
     script = os.path.join(HERE, "tp_generate.py")
-    results, breakdowns, guards = {}, {}, {}
+    results, breakdowns, guards, phases = {}, {}, {}, {}
     modes = {"eager": [], "compiled": ["--compiled"]}
     for size in ("small", "medium"):
         with tempfile.TemporaryDirectory() as model:
@@ -197,6 +197,15 @@ def tp_generate(tokens, rounds=2):
                             speeds.setdefault(("unguarded", world), []).append(got["tok_s"])
                             guards.setdefault((size, "unguarded", world), []).append(got.get("guard_us"))
                             same["unguarded", world] = same.get(("unguarded", world), True) and got["tokens"] == one["tokens"]
+                    if size == "small" and mode == "compiled":  # where a compiled decode step's time goes
+                        for run, threads, world in (("tp 1", "1", 1), ("tp 1", "2", 1), ("tp 2", "1", 2)):
+                            args = (model, "--tokens", str(tokens), "--compiled", "--phases", "--repeats", "5")
+                            env = dict(os.environ, OMP_NUM_THREADS=threads, NEURON_SIM_PROGRAM_PROFILE="1")
+                            got = json.loads(torchrun(world, "tp_generate.py", *args, env=env) if world > 1 else subprocess.run(
+                                [sys.executable, script, *args], check=True, capture_output=True, text=True,
+                                env=env).stdout.strip().splitlines()[-1])["phases"]
+                            for rank, parts in enumerate(got):
+                                phases.setdefault((run, threads, rank), []).append(parts)
                     if size == "small" and mode == "compiled":  # the graph cut at its collectives, as before
                         for world in (2, 4):
                             got = json.loads(torchrun(world, "tp_generate.py", model, "--tokens", str(tokens),
@@ -211,7 +220,10 @@ def tp_generate(tokens, rounds=2):
                 breakdowns[2] = json.loads(torchrun(2, "tp_generate.py", model, "--tokens", str(tokens),
                                                     "--breakdown"))["ms_per_token"]
     guard_us = {key: statistics.median(times) if None not in times else None for key, times in guards.items()}
-    return results, breakdowns, guard_us
+    phase_ms = {key: {part: statistics.median(run[part] if part in run else run["steps"].get(part, 0.0) for run in runs)
+                      for part in ("total", "programs", "host", "matmuls", "collectives", "other steps")}
+                for key, runs in phases.items()}
+    return results, breakdowns, guard_us, phase_ms
 
 
 def torchtitan_data_parallel(rounds=2):
@@ -430,7 +442,7 @@ def main():
                 row += [f"{bus['neuron']:.2f}", f"{bus['cpu']:.2f}", f"{times['cpu'] / times['neuron']:.2f}",
                         f"{bus['neuron'] * 1e9 / memcpy:.0%}", f"{times['neuron'] * 1e6:.0f} / {times['cpu'] * 1e6:.0f}"]
             collective_rows.append(row)
-    tp, breakdown, guard_us = tp_generate(tokens)
+    tp, breakdown, guard_us, phase_ms = tp_generate(tokens)
     titan = torchtitan_data_parallel()
     lines += [
         "",
@@ -496,6 +508,37 @@ def main():
     for world, ranks in breakdown.items():
         for rank, parts in enumerate(ranks):
             lines.append(f"| tp {world}, rank {rank} | " + " | ".join(f"{parts.get(g, 0.0):.2f}" for g in groups) + " |")
+    one = phase_ms[("tp 1", "1", 0)]
+    free = one["host"] + one["programs"] / 2
+    lines += [
+        "",
+        "Where a compiled decode step of the small model goes (bench/tp_generate.py --phases: ms per token, "
+        "medians of 5 generates, then of the 2 rounds, each rank): inside the neuron programs (our backend's "
+        "call of the compiled graph: its kernels and, under TP, the all-reduces in it, the wait for the other "
+        "rank included) and outside them (host: transformers' generate, Dynamo's guards, AOTAutograd's "
+        "wrappers). The programs' steps by kind (NEURON_SIM_PROGRAM_PROFILE=1, which times each step): "
+        "matmuls, collectives (the all-reduces and the logits' all-gather, the wait for the other rank "
+        "included) and every other step; the rest of \"in programs\" is the executor's own work. The runs "
+        "above give each process one intra-op thread (OMP_NUM_THREADS=1, as torchrun does for its ranks); tp 1 "
+        "with 2 threads is tp 1 given both cores by PyTorch's intra-op parallelism instead.",
+        "",
+        "| run | intra-op threads per process | ms/token | in programs | matmul steps | collective steps "
+        "| other steps | outside programs |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (run, threads, rank), parts in phase_ms.items():
+        name = f"{run}, rank {rank}" if run != "tp 1" else run
+        lines.append(f"| {name} | {threads} | " + " | ".join(
+            f"{parts[part]:.2f}" for part in ("total", "programs", "matmuls", "collectives", "other steps", "host")) + " |")
+    lines += [
+        "",
+        f"Tensor parallelism divides only the programs' kernels: a tp 2 rank with free all-reduces and no "
+        f"host work beyond tp 1's would take tp 1's host time plus half its programs, {free:.2f} ms/token, so "
+        f"tp 2 / tp 1 is at most {one['total'] / free:.2f} against tp 1 with one thread, and "
+        f"{phase_ms[('tp 1', '2', 0)]['total'] / free:.2f} against tp 1 with two. What a tp 2 rank takes above "
+        f"that bound is its extra host work (Dynamo's guards, the table below) and the all-reduces.",
+    ]
+
     def us(value):
         return "-" if value is None else f"{value:.0f}"
 

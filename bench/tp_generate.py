@@ -84,6 +84,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--size", choices=sorted(SIZES), default="small", help="with --make")
     parser.add_argument("--breakdown", action="store_true")
+    parser.add_argument("--phases", action="store_true",
+                        help="with --compiled: ms per token inside the neuron programs and outside them, each rank")
     parser.add_argument("--compiled", action="store_true")
     parser.add_argument("--skip-module-guards", action="store_true",
                         help="compiled with PyTorch's guard filter torch.compiler.skip_guard_on_all_nn_modules_unsafe "
@@ -120,6 +122,8 @@ def main():
     generate()
     if args.breakdown:
         return breakdown(generate, args.tokens)
+    if args.phases:
+        return phases(generate, args.tokens, args.repeats)
     samples = []
     for _ in range(args.repeats):
         start = time.perf_counter()
@@ -182,6 +186,55 @@ def guard_check_us(model, args, kwargs, checks=300):
             guards.check(frame)
             times.append(time.perf_counter_ns() - start)
     return statistics.median(times) / 1e3
+
+
+def phases(generate, tokens, repeats):
+    """Milliseconds per token of a compiled generate (the medians of `repeats` runs), each rank's:
+    the total; inside the neuron programs (NeuronProgramCode.__call__, our backend's call of a
+    compiled graph: its kernels, and under TP the all-reduces in it, the wait for the other ranks
+    included); and the host work outside them (transformers' generate, Dynamo's guards,
+    AOTAutograd's wrappers). Tensor parallelism divides only the programs' kernels. Rank 0 prints
+    them, with the process's intra-op threads (torch.get_num_threads())."""
+    from torch_neuron_sim.compile.backend import NeuronProgramCode
+    inside = [0.0]
+    call = NeuronProgramCode.__call__
+
+    def timed(self, *args):
+        start = time.perf_counter()
+        try:
+            return call(self, *args)
+        finally:
+            inside[0] += time.perf_counter() - start
+
+    NeuronProgramCode.__call__ = timed
+    profiled = os.environ.get("NEURON_SIM_PROGRAM_PROFILE") == "1"
+    if profiled:
+        torch_neuronx._sim._C.program_profile(reset=True)
+    totals, programs = [], []
+    for _ in range(repeats):
+        inside[0] = 0.0
+        start = time.perf_counter()
+        generate()
+        totals.append((time.perf_counter() - start) * 1e3 / tokens)
+        programs.append(inside[0] * 1e3 / tokens)
+    NeuronProgramCode.__call__ = call
+    mine = {"total": statistics.median(totals), "programs": statistics.median(programs),
+            "host": statistics.median(t - p for t, p in zip(totals, programs)), "threads": torch.get_num_threads()}
+    if profiled:  # the programs' steps by kind (NEURON_SIM_PROGRAM_PROFILE=1 times each), ms per token
+        steps = {}
+        for op, _, seconds in torch_neuronx._sim._C.program_profile():
+            kind = ("collectives" if op.startswith("_c10d_functional::") else
+                    "matmuls" if op in ("aten::mm", "aten::addmm", "aten::bmm") else "other steps")
+            steps[kind] = steps.get(kind, 0.0) + seconds * 1e3 / (repeats * tokens)
+        mine["steps"] = steps
+    ranks = [mine]
+    if dist.is_initialized():
+        ranks = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, mine)
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(json.dumps({"phases": ranks}))
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def breakdown(generate, tokens):
