@@ -615,12 +615,14 @@ def main():
         "the model's Python and per-op dispatch go: each rank runs one program per stretch between",
         "all-reduces (Note [Graphs with collectives]), and what stays per rank is generate's Python,",
         "the programs' nodes and the all-reduces.",
-        "What is left between a compiled tp 2 rank and tp 1 is host work that is PyTorch's and",
-        "transformers': Dynamo's guards (the guards table: a tree about twice tp 1's, with transformers'",
-        "TP forwards and a Python guard per DTensor parameter, several times tp 1's time per call), and",
-        "the wait at each all-reduce for the other rank, whose host Python on these shared cores runs",
-        "a little slower or faster each token (the ranks enter a decode step hundreds of microseconds",
-        "apart). Skipping the nn-module guards (a user's option, with its caveat) removes the first.",
+        "What is left between a compiled tp 2 rank and tp 1 (the phases table): outside the programs,",
+        "host work that grows by more than Dynamo's guards account for (the guards table: a tree about",
+        "twice tp 1's, with transformers' TP forwards and a Python guard per DTensor parameter, several",
+        "times tp 1's time per call; the rest of the growth is not yet attributed), and inside them the",
+        "collective steps, mostly the wait for the other rank, whose host Python on these shared cores",
+        "runs a little slower or faster each token (the ranks enter a decode step hundreds of",
+        "microseconds apart). Skipping the nn-module guards (a user's option, with its caveat) removes",
+        "the guards' part.",
     ]
     with open(args.output, "w") as handle:
         handle.write("\n".join(lines) + "\n")
