@@ -227,12 +227,17 @@ def phases(generate, tokens, repeats):
                     "matmuls" if op in ("aten::mm", "aten::addmm", "aten::bmm") else "other steps")
             steps[kind] = steps.get(kind, 0.0) + seconds * 1e3 / (repeats * tokens)
         mine["steps"] = steps
+    print_every_rank("phases", mine)
+
+
+def print_every_rank(key, mine):
+    """Rank 0 prints {key: [every rank's `mine`]} (one process: [mine]); the group then ends."""
     ranks = [mine]
     if dist.is_initialized():
         ranks = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, mine)
     if not dist.is_initialized() or dist.get_rank() == 0:
-        print(json.dumps({"phases": ranks}))
+        print(json.dumps({key: ranks}))
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -250,14 +255,7 @@ def breakdown(generate, tokens):
     mine = {group: seconds * 1e3 / tokens for group, seconds in parts.times.items()}
     mine["rest"] = total * 1e3 / tokens - sum(mine.values())
     mine["total"] = total * 1e3 / tokens
-    ranks = [mine]
-    if dist.is_initialized():
-        ranks = [None] * dist.get_world_size()
-        dist.all_gather_object(ranks, mine)
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        print(json.dumps({"ms_per_token": ranks}))
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    print_every_rank("ms_per_token", mine)
 
 
 if __name__ == "__main__":
