@@ -159,12 +159,21 @@ def collectives(world):
     return json.loads(torchrun(world, "collectives.py"))
 
 
+def run_tp_generate(world, *args, env=None):
+    """bench/tp_generate.py on `world` ranks (tp 1: one process, no torchrun): rank 0's JSON line."""
+    import json
+    if world > 1:
+        return json.loads(torchrun(world, "tp_generate.py", *args, env=env))
+    out = subprocess.run([sys.executable, os.path.join(HERE, "tp_generate.py"), *args], check=True,
+                         capture_output=True, text=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def tp_generate(tokens, rounds=2):
     """bench/tp_generate.py for tp 1 (no torchrun), 2 and 4, per model size, eager and compiled
     (--compiled): tokens/s (median over `rounds` rounds, the six runs of a size one after another in
     each) and whether the tokens equal tp 1's; and for the small model, where the time of an eager
     step goes on each rank (--breakdown) at tp 1 and 2."""
-    import json
     script = os.path.join(HERE, "tp_generate.py")
     results, breakdowns, guards, phases = {}, {}, {}, {}
     modes = {"eager": [], "compiled": ["--compiled"]}
@@ -175,13 +184,11 @@ def tp_generate(tokens, rounds=2):
             same = {}
             for _ in range(rounds):
                 for mode, flags in modes.items():
-                    one = json.loads(subprocess.run([sys.executable, script, model, "--tokens", str(tokens), *flags],
-                                                    check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+                    one = run_tp_generate(1, model, "--tokens", str(tokens), *flags)
                     speeds[mode, 1].append(one["tok_s"])
                     last = {}
                     for world in (2, 4):
-                        got = last[world] = json.loads(torchrun(world, "tp_generate.py", model, "--tokens", str(tokens),
-                                                                *flags))
+                        got = last[world] = run_tp_generate(world, model, "--tokens", str(tokens), *flags)
                         speeds[mode, world].append(got["tok_s"])
                         same[mode, world] = same.get((mode, world), True) and got["tokens"] == one["tokens"]
                     if mode == "compiled":
@@ -190,35 +197,29 @@ def tp_generate(tokens, rounds=2):
                             guards.setdefault((size, "compiled", world), []).append(last[world].get("guard_us"))
                     if size == "small" and mode == "compiled":  # PyTorch's nn-module guard filter (a user's option)
                         for world in (1, 2, 4):
-                            args = (model, "--tokens", str(tokens), "--compiled", "--skip-module-guards")
-                            got = json.loads(torchrun(world, "tp_generate.py", *args) if world > 1 else subprocess.run(
-                                [sys.executable, script, *args], check=True, capture_output=True,
-                                text=True).stdout.strip().splitlines()[-1])
+                            got = run_tp_generate(world, model, "--tokens", str(tokens), "--compiled",
+                                                  "--skip-module-guards")
                             speeds.setdefault(("unguarded", world), []).append(got["tok_s"])
                             guards.setdefault((size, "unguarded", world), []).append(got.get("guard_us"))
                             same["unguarded", world] = same.get(("unguarded", world), True) and got["tokens"] == one["tokens"]
                     if size == "small" and mode == "compiled":  # where a compiled decode step's time goes
                         for run, threads, world in (("tp 1", "1", 1), ("tp 1", "2", 1), ("tp 2", "1", 2)):
-                            args = (model, "--tokens", str(tokens), "--compiled", "--phases", "--repeats", "5")
                             env = dict(os.environ, OMP_NUM_THREADS=threads, NEURON_SIM_PROGRAM_PROFILE="1")
-                            got = json.loads(torchrun(world, "tp_generate.py", *args, env=env) if world > 1 else subprocess.run(
-                                [sys.executable, script, *args], check=True, capture_output=True, text=True,
-                                env=env).stdout.strip().splitlines()[-1])["phases"]
+                            got = run_tp_generate(world, model, "--tokens", str(tokens), "--compiled", "--phases",
+                                                  "--repeats", "5", env=env)["phases"]
                             for rank, parts in enumerate(got):
                                 phases.setdefault((run, threads, rank), []).append(parts)
                     if size == "small" and mode == "compiled":  # the graph cut at its collectives, as before
                         for world in (2, 4):
-                            got = json.loads(torchrun(world, "tp_generate.py", model, "--tokens", str(tokens),
-                                                      "--compiled", "--cut-at-collectives"))
+                            got = run_tp_generate(world, model, "--tokens", str(tokens), "--compiled",
+                                                  "--cut-at-collectives")
                             speeds.setdefault(("cut", world), []).append(got["tok_s"])
                             same["cut", world] = same.get(("cut", world), True) and got["tokens"] == one["tokens"]
             results[size] = {key: (statistics.median(s), same.get(key, True)) for key, s in speeds.items()}
             if size == "small":
-                breakdowns[1] = json.loads(subprocess.run(
-                    [sys.executable, script, model, "--tokens", str(tokens), "--breakdown"], check=True,
-                    capture_output=True, text=True).stdout.strip().splitlines()[-1])["ms_per_token"]
-                breakdowns[2] = json.loads(torchrun(2, "tp_generate.py", model, "--tokens", str(tokens),
-                                                    "--breakdown"))["ms_per_token"]
+                for world in (1, 2):
+                    breakdowns[world] = run_tp_generate(world, model, "--tokens", str(tokens),
+                                                        "--breakdown")["ms_per_token"]
     guard_us = {key: statistics.median(times) if None not in times else None for key, times in guards.items()}
     phase_ms = {key: {part: statistics.median(run[part] if part in run else run["steps"].get(part, 0.0) for run in runs)
                       for part in ("total", "programs", "host", "matmuls", "collectives", "other steps")}
