@@ -203,10 +203,12 @@ def tp_generate(tokens, rounds=2):
                             guards.setdefault((size, "unguarded", world), []).append(got.get("guard_us"))
                             same["unguarded", world] = same.get(("unguarded", world), True) and got["tokens"] == one["tokens"]
                     if size == "small" and mode == "compiled":  # where a compiled decode step's time goes
-                        for run, threads, world in (("tp 1", "1", 1), ("tp 1", "2", 1), ("tp 2", "1", 2)):
+                        for run, threads, world, extra in (("tp 1", "1", 1, ()), ("tp 1", "2", 1, ()), ("tp 2", "1", 2, ()),
+                                                           ("tp 2, nn-module guards skipped", "1", 2,
+                                                            ("--skip-module-guards",))):
                             env = dict(os.environ, OMP_NUM_THREADS=threads, NEURON_SIM_PROGRAM_PROFILE="1")
                             got = run_tp_generate(world, model, "--tokens", str(tokens), "--compiled", "--phases",
-                                                  "--repeats", "5", env=env)["phases"]
+                                                  "--repeats", "5", *extra, env=env)["phases"]
                             for rank, parts in enumerate(got):
                                 phases.setdefault((run, threads, rank), []).append(parts)
                     if size == "small" and mode == "compiled":  # the graph cut at its collectives, as before
@@ -222,9 +224,64 @@ def tp_generate(tokens, rounds=2):
                                                         "--breakdown")["ms_per_token"]
     guard_us = {key: statistics.median(times) if None not in times else None for key, times in guards.items()}
     phase_ms = {key: {part: statistics.median(run[part] if part in run else run["steps"].get(part, 0.0) for run in runs)
-                      for part in ("total", "programs", "host", "matmuls", "collectives", "other steps")}
+                      for part in ("total", "programs", "host", "around", "generate", "alone", "matmuls",
+                                   "collectives", "other steps")}
                 for key, runs in phases.items()}
     return results, breakdowns, guard_us, phase_ms
+
+
+def phases_lines(phase_ms):
+    """BENCHMARKS.md's table of where a compiled decode step of the small model goes
+    (tp_generate()'s phase_ms), and the bounds it gives for tp 2 / tp 1."""
+    one = phase_ms[("tp 1", "1", 0)]
+    free = one["host"] + one["programs"] / 2
+    ranks2 = [parts for (run, _, _), parts in phase_ms.items() if run == "tp 2"]
+    # the programs scaled as they do called alone (no host work between calls), and tp 2's own
+    # work around them (Dynamo's guards, AOTAutograd's DTensor wrappers), the slower rank's
+    alone2 = max(parts["alone"] for parts in ranks2)
+    scaled = one["host"] + one["programs"] * alone2 / one["alone"]
+    around2 = max(parts["around"] for parts in ranks2)
+    with_around = scaled + around2 - one["around"]
+    lines = [
+        "",
+        "Where a compiled decode step of the small model goes (bench/tp_generate.py --phases: ms per token, "
+        "medians of 5 generates, then of the 2 rounds, each rank): inside the neuron programs (our backend's "
+        "call of the compiled graph: its kernels and, under TP, the all-reduces in it, the wait for the other "
+        "rank included) and outside them (host), split into the rest of the decode step's calls (\"around "
+        "programs\": Dynamo's guards, AOTAutograd's wrappers, DTensor's under TP) and generate's own work "
+        "(transformers' Python and eager ops, the eager prefill included). The programs' steps by kind "
+        "(NEURON_SIM_PROGRAM_PROFILE=1, which times each step): matmuls, collectives (the all-reduces and the "
+        "logits' all-gather, the wait for the other rank included) and every other step; the rest of \"in "
+        "programs\" is the executor's own work. \"Program alone\": the last decode program called 500 times "
+        "with nothing between calls (the ranks starting each 100 together), ms per call. The runs give each "
+        "process one intra-op thread (OMP_NUM_THREADS=1, as torchrun does for its ranks); tp 1 with 2 threads "
+        "is tp 1 given both cores by PyTorch's intra-op parallelism instead; the last run is tp 2 compiled with "
+        "PyTorch's guard filter (the guards table below).",
+        "",
+        "| run | intra-op threads per process | ms/token | in programs | matmul steps | collective steps "
+        "| other steps | outside programs | around programs | generate's own | program alone, ms/call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (run, threads, rank), parts in phase_ms.items():
+        name = f"{run}, rank {rank}" if run != "tp 1" else run
+        lines.append(f"| {name} | {threads} | " + " | ".join(
+            f"{parts[part]:.2f}" for part in ("total", "programs", "matmuls", "collectives", "other steps", "host",
+                                              "around", "generate", "alone")) + " |")
+    lines += [
+        "",
+        f"Tensor parallelism divides only the programs' kernels: a tp 2 rank with free all-reduces and no "
+        f"host work beyond tp 1's would take tp 1's host time plus half its programs, {free:.2f} ms/token, so "
+        f"tp 2 / tp 1 is at most {one['total'] / free:.2f} against tp 1 with one thread, and "
+        f"{phase_ms[('tp 1', '2', 0)]['total'] / free:.2f} against tp 1 with two. Called alone, a tp 2 program "
+        f"takes {alone2 / one['alone']:.2f} of tp 1's (its all-reduces, and the steps tensor parallelism does not "
+        f"divide, as the norms): with tp 1's host time and its programs "
+        f"scaled so, a tp 2 rank would take {scaled:.2f} ms/token ({one['total'] / scaled:.2f} of tp 1's speed); "
+        f"adding the work around a tp 2 program above tp 1's ({around2 - one['around']:.2f} ms/token: Dynamo's "
+        f"guards and AOTAutograd's DTensor wrappers, PyTorch's), {with_around:.2f} ms/token "
+        f"({one['total'] / with_around:.2f}). What a tp 2 rank takes above that is generate's own work "
+        f"growing and the ranks waiting for each other at the all-reduces.",
+    ]
+    return lines
 
 
 def torchtitan_data_parallel(rounds=2):
@@ -509,36 +566,7 @@ def main():
     for world, ranks in breakdown.items():
         for rank, parts in enumerate(ranks):
             lines.append(f"| tp {world}, rank {rank} | " + " | ".join(f"{parts.get(g, 0.0):.2f}" for g in groups) + " |")
-    one = phase_ms[("tp 1", "1", 0)]
-    free = one["host"] + one["programs"] / 2
-    lines += [
-        "",
-        "Where a compiled decode step of the small model goes (bench/tp_generate.py --phases: ms per token, "
-        "medians of 5 generates, then of the 2 rounds, each rank): inside the neuron programs (our backend's "
-        "call of the compiled graph: its kernels and, under TP, the all-reduces in it, the wait for the other "
-        "rank included) and outside them (host: transformers' generate, Dynamo's guards, AOTAutograd's "
-        "wrappers). The programs' steps by kind (NEURON_SIM_PROGRAM_PROFILE=1, which times each step): "
-        "matmuls, collectives (the all-reduces and the logits' all-gather, the wait for the other rank "
-        "included) and every other step; the rest of \"in programs\" is the executor's own work. The runs "
-        "above give each process one intra-op thread (OMP_NUM_THREADS=1, as torchrun does for its ranks); tp 1 "
-        "with 2 threads is tp 1 given both cores by PyTorch's intra-op parallelism instead.",
-        "",
-        "| run | intra-op threads per process | ms/token | in programs | matmul steps | collective steps "
-        "| other steps | outside programs |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for (run, threads, rank), parts in phase_ms.items():
-        name = f"{run}, rank {rank}" if run != "tp 1" else run
-        lines.append(f"| {name} | {threads} | " + " | ".join(
-            f"{parts[part]:.2f}" for part in ("total", "programs", "matmuls", "collectives", "other steps", "host")) + " |")
-    lines += [
-        "",
-        f"Tensor parallelism divides only the programs' kernels: a tp 2 rank with free all-reduces and no "
-        f"host work beyond tp 1's would take tp 1's host time plus half its programs, {free:.2f} ms/token, so "
-        f"tp 2 / tp 1 is at most {one['total'] / free:.2f} against tp 1 with one thread, and "
-        f"{phase_ms[('tp 1', '2', 0)]['total'] / free:.2f} against tp 1 with two. What a tp 2 rank takes above "
-        f"that bound is its extra host work (Dynamo's guards, the table below) and the all-reduces.",
-    ]
+    lines += phases_lines(phase_ms)
 
     def us(value):
         return "-" if value is None else f"{value:.0f}"
@@ -616,14 +644,14 @@ def main():
         "the model's Python and per-op dispatch go: each rank runs one program per stretch between",
         "all-reduces (Note [Graphs with collectives]), and what stays per rank is generate's Python,",
         "the programs' nodes and the all-reduces.",
-        "What is left between a compiled tp 2 rank and tp 1 (the phases table): outside the programs,",
-        "host work that grows by more than Dynamo's guards account for (the guards table: a tree about",
-        "twice tp 1's, with transformers' TP forwards and a Python guard per DTensor parameter, several",
-        "times tp 1's time per call; the rest of the growth is not yet attributed), and inside them the",
-        "collective steps, mostly the wait for the other rank, whose host Python on these shared cores",
-        "runs a little slower or faster each token (the ranks enter a decode step hundreds of",
-        "microseconds apart). Skipping the nn-module guards (a user's option, with its caveat) removes",
-        "the guards' part.",
+        "What is left between a compiled tp 2 rank and tp 1 (the phases table): its program, even called",
+        "alone, does not halve (the steps tensor parallelism does not divide, and each all-reduce a wait",
+        "for the slower of the two ranks, whose vCPUs here run at speeds that differ and change); around",
+        "each program, PyTorch's work under TP (Dynamo's guards, with a Python check per DTensor parameter",
+        "and guards on transformers' TP closures, and AOTAutograd's DTensor wrappers), which the run with",
+        "the guard filter shows to be mostly the guards; and generate's own work, all of it on each rank.",
+        "The paragraph under the phases table gives the bounds these leave. Skipping the nn-module guards",
+        "(a user's option, with its caveat) removes the guards' part.",
     ]
     with open(args.output, "w") as handle:
         handle.write("\n".join(lines) + "\n")

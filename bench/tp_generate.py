@@ -114,7 +114,7 @@ def main():
         model.generation_config.compile_config = CompileConfig(
             backend="neuron", dynamic=False, mode=None,
             options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
-    decode_call = capture_decode_call(model) if args.compiled else None
+    decode_calls = DecodeCalls(model) if args.compiled else None
 
     def generate():
         return model.generate(ids, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False, **options)
@@ -123,38 +123,44 @@ def main():
     if args.breakdown:
         return breakdown(generate, args.tokens)
     if args.phases:
-        return phases(generate, args.tokens, args.repeats)
+        return phases(generate, args.tokens, args.repeats, decode_calls)
     samples = []
     for _ in range(args.repeats):
         start = time.perf_counter()
         tokens = generate()
         samples.append(time.perf_counter() - start)
     result = {"tok_s": args.tokens / statistics.median(samples), "tokens": tokens.tolist()}
-    if decode_call:
-        result["guard_us"] = guard_check_us(*decode_call)
+    if decode_calls and decode_calls.last:
+        result["guard_us"] = guard_check_us(*decode_calls.last)
     if not dist.is_initialized() or dist.get_rank() == 0:
         print(json.dumps(result))
     if dist.is_initialized():
         dist.destroy_process_group()
 
 
-def capture_decode_call(model):
-    """Keeps the model and the arguments of the last call of generate's compiled decode step
-    (transformers' get_compiled_call) in the list it returns."""
-    call = []
-    compiled_call = type(model).get_compiled_call
+class DecodeCalls:
+    """generate's compiled decode step (transformers' get_compiled_call), watched: the model and the
+    arguments of its last call (`last`), and the seconds spent in its calls (`seconds`: Dynamo's
+    guards, AOTAutograd's wrappers, our backend's call and the program)."""
 
-    def get_compiled_call(self, compile_config):
-        compiled = compiled_call(self, compile_config)
+    def __init__(self, model):
+        self.last, self.seconds = None, 0.0
+        compiled_call = type(model).get_compiled_call
 
-        def decode(*args, **kwargs):
-            call[:] = [self, args, kwargs]
-            return compiled(*args, **kwargs)
+        def get_compiled_call(this, compile_config):
+            compiled = compiled_call(this, compile_config)
 
-        return decode
+            def decode(*args, **kwargs):
+                self.last = (this, args, kwargs)
+                start = time.perf_counter()
+                try:
+                    return compiled(*args, **kwargs)
+                finally:
+                    self.seconds += time.perf_counter() - start
 
-    model.get_compiled_call = get_compiled_call.__get__(model)
-    return call
+            return decode
+
+        model.get_compiled_call = get_compiled_call.__get__(model)
 
 
 def guard_check_us(model, args, kwargs, checks=300):
@@ -188,18 +194,27 @@ def guard_check_us(model, args, kwargs, checks=300):
     return statistics.median(times) / 1e3
 
 
-def phases(generate, tokens, repeats):
+def phases(generate, tokens, repeats, decode_calls):
     """Milliseconds per token of a compiled generate (the medians of `repeats` runs), each rank's:
     the total; inside the neuron programs (NeuronProgramCode.__call__, our backend's call of a
     compiled graph: its kernels, and under TP the all-reduces in it, the wait for the other ranks
-    included); and the host work outside them (transformers' generate, Dynamo's guards,
-    AOTAutograd's wrappers). Tensor parallelism divides only the programs' kernels. Rank 0 prints
-    them, with the process's intra-op threads (torch.get_num_threads())."""
+    included); around them in the decode step's calls (Dynamo's guards, AOTAutograd's wrappers);
+    and generate's own host work (transformers' Python and eager ops, the prefill included).
+    Tensor parallelism divides only the programs' kernels. Then the last program called alone,
+    `alone` ms a call (the median of 5 rounds of 100 calls, the ranks starting each round together;
+    its integer inputs reset before each call): the program with no host work between calls. Rank 0 prints them, with the process's intra-op
+    threads (torch.get_num_threads())."""
     from torch_neuron_sim.compile.backend import NeuronProgramCode
-    inside = [0.0]
+    inside, last = [0.0], []
     call = NeuronProgramCode.__call__
 
     def timed(self, *args):
+        # a boxed call's list is emptied by the call: keep a copy, and the integer inputs' values
+        # (generate advances the cache position in place)
+        kept = [list(a) if isinstance(a, list) else a for a in args]
+        flat = [t for a in kept for t in (a if isinstance(a, list) else [a])]
+        last[:] = [self, kept, [(t, t.clone()) for t in flat
+                                if isinstance(t, torch.Tensor) and not t.is_floating_point()]]
         start = time.perf_counter()
         try:
             return call(self, *args)
@@ -210,16 +225,20 @@ def phases(generate, tokens, repeats):
     profiled = os.environ.get("NEURON_SIM_PROGRAM_PROFILE") == "1"
     if profiled:
         torch_neuronx._sim._C.program_profile(reset=True)
-    totals, programs = [], []
+    totals, programs, decodes = [], [], []
     for _ in range(repeats):
-        inside[0] = 0.0
+        inside[0], decode_calls.seconds = 0.0, 0.0
         start = time.perf_counter()
         generate()
         totals.append((time.perf_counter() - start) * 1e3 / tokens)
         programs.append(inside[0] * 1e3 / tokens)
+        decodes.append(decode_calls.seconds * 1e3 / tokens)
     NeuronProgramCode.__call__ = call
     mine = {"total": statistics.median(totals), "programs": statistics.median(programs),
-            "host": statistics.median(t - p for t, p in zip(totals, programs)), "threads": torch.get_num_threads()}
+            "host": statistics.median(t - p for t, p in zip(totals, programs)),
+            "around": statistics.median(d - p for d, p in zip(decodes, programs)),
+            "generate": statistics.median(t - d for t, d in zip(totals, decodes)),
+            "threads": torch.get_num_threads()}
     if profiled:  # the programs' steps by kind (NEURON_SIM_PROGRAM_PROFILE=1 times each), ms per token
         steps = {}
         for op, _, seconds in torch_neuronx._sim._C.program_profile():
@@ -227,6 +246,18 @@ def phases(generate, tokens, repeats):
                     "matmuls" if op in ("aten::mm", "aten::addmm", "aten::bmm") else "other steps")
             steps[kind] = steps.get(kind, 0.0) + seconds * 1e3 / (repeats * tokens)
         mine["steps"] = steps
+    rounds = []
+    with torch.no_grad():
+        for _ in range(5):
+            if dist.is_initialized():
+                dist.barrier()
+            start = time.perf_counter()
+            for _ in range(100):
+                for tensor, value in last[2]:
+                    tensor.copy_(value)
+                call(last[0], *[list(a) if isinstance(a, list) else a for a in last[1]])
+            rounds.append((time.perf_counter() - start) * 1e3 / 100)
+    mine["alone"] = statistics.median(rounds)
     print_every_rank("phases", mine)
 
 
