@@ -93,6 +93,8 @@ def main():
     parser.add_argument("--cut-at-collectives", action="store_true",
                         help="compiled graphs are cut at their collectives (NEURON_SIM_COLLECTIVES_IN_PROGRAMS=0)")
     args = parser.parse_args()
+    if args.phases and not args.compiled:
+        parser.error("--phases times a compiled decode step's programs: give --compiled too")
     if args.cut_at_collectives:
         os.environ["NEURON_SIM_COLLECTIVES_IN_PROGRAMS"] = "0"  # read when a graph compiles
     if args.make:
