@@ -204,16 +204,19 @@ def phases(generate, tokens, repeats, decode_calls):
     and generate's own host work (transformers' Python and eager ops, the prefill included).
     Tensor parallelism divides only the programs' kernels. Then the last program called alone,
     `alone` ms a call (the median of 5 rounds of 100 calls, the ranks starting each round together;
-    its integer inputs reset before each call): the program with no host work between calls. Rank 0 prints them, with the process's intra-op
-    threads (torch.get_num_threads())."""
+    its integer inputs reset before each call): the program with no host work between calls. Rank 0
+    prints them, with the process's intra-op threads (torch.get_num_threads())."""
     from torch_neuron_sim.compile.backend import NeuronProgramCode
     inside, last = [0.0], []
     call = NeuronProgramCode.__call__
 
+    def copied(args):  # a boxed call's list is emptied by the call
+        return [list(a) if isinstance(a, list) else a for a in args]
+
     def timed(self, *args):
-        # a boxed call's list is emptied by the call: keep a copy, and the integer inputs' values
-        # (generate advances the cache position in place)
-        kept = [list(a) if isinstance(a, list) else a for a in args]
+        # the last call's arguments, and its integer inputs' values (generate advances the cache
+        # position in place)
+        kept = copied(args)
         flat = [t for a in kept for t in (a if isinstance(a, list) else [a])]
         last[:] = [self, kept, [(t, t.clone()) for t in flat
                                 if isinstance(t, torch.Tensor) and not t.is_floating_point()]]
@@ -257,7 +260,7 @@ def phases(generate, tokens, repeats, decode_calls):
             for _ in range(100):
                 for tensor, value in last[2]:
                     tensor.copy_(value)
-                call(last[0], *[list(a) if isinstance(a, list) else a for a in last[1]])
+                call(last[0], *copied(last[1]))
             rounds.append((time.perf_counter() - start) * 1e3 / 100)
     mine["alone"] = statistics.median(rounds)
     print_every_rank("phases", mine)
