@@ -107,9 +107,9 @@ void bind_device_track(py::module& m) {
 }
 
 py::dict device_properties(int device) {
-  auto& rt = runtime();
-  NEURON_RT_CALL(rt.check_device(device));
-  const auto& topology = rt.topology();
+  // From the settings alone (Note [Counting devices without starting the runtime]).
+  NEURON_RT_CALL(neuron_rt::Runtime::check_visible_device(device));
+  const auto& topology = NEURON_RT_CALL(neuron_rt::Runtime::environment_topology());
   const auto& core = topology.visible[device];
   py::dict properties;
   // `name` is the instance type as the real package reports it ("trn1", "trn2", "trn3"), the
@@ -189,19 +189,18 @@ PYBIND11_MODULE(_C, m) {
         "Python's atexit: the threads that may still drop Python-owned objects finish before finalization");
   m.def("device_count", [] {
     try {
-      return neuron_rt::Runtime::get().device_count();
+      // Note [Counting devices without starting the runtime] (runtime/device.h)
+      return neuron_rt::Runtime::visible_device_count();
     } catch (const neuron_rt::Error& error) {
-      if (error.code() == neuron_rt::ErrorCode::kBadFork) rethrow_runtime_error(error);
       PyErr_WarnEx(PyExc_UserWarning, error.what(), 1);
       return 0;
     }
   });
-  m.def("current_device", [] { return runtime().current_device(); });
-  m.def("set_device", [](int device) { NEURON_RT_CALL(runtime().set_current_device(device)); });
+  m.def("current_device", [] { return neuron_rt::Runtime::current_device_index(); });
+  m.def("set_device", [](int device) { NEURON_RT_CALL(neuron_rt::Runtime::set_current_device_index(device)); });
   m.def("exchange_device", [](int device) {
-    auto& rt = runtime();
-    int old = rt.current_device();
-    if (device >= 0) NEURON_RT_CALL(rt.set_current_device(device));
+    int old = neuron_rt::Runtime::current_device_index();
+    if (device >= 0) NEURON_RT_CALL(neuron_rt::Runtime::set_current_device_index(device));
     return old;
   });
   m.def("synchronize", [](int device) {

@@ -26,6 +26,7 @@ void rethrow_runtime_error(const neuron_rt::Error& error) {
 }
 
 void neuron_allocator_empty_cache() {
+  if (!neuron_rt::Runtime::initialized()) return;  // nothing cached yet; as CUDA's, starts nothing
   auto& rt = runtime();
   without_gil([&] { NEURON_RT_CALL(rt.synchronize()); });
   for (int d = 0; d < rt.device_count(); ++d) rt.memory(d).empty_cache();

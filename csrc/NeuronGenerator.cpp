@@ -92,11 +92,12 @@ NeuronGeneratorImpl* NeuronGeneratorImpl::clone_impl() const {
 const at::Generator& default_generator(c10::DeviceIndex device) {
   static std::mutex mutex;
   static std::deque<at::Generator> generators;  // stable addresses, never destroyed
-  auto& rt = runtime();
-  if (device < 0) device = static_cast<c10::DeviceIndex>(rt.current_device());
-  NEURON_RT_CALL(rt.check_device(device));
+  // No runtime needed (Note [Counting devices without starting the runtime]): seeding does not
+  // start the device, as CUDA's manual_seed does not create a context.
+  if (device < 0) device = static_cast<c10::DeviceIndex>(neuron_rt::Runtime::current_device_index());
+  NEURON_RT_CALL(neuron_rt::Runtime::check_visible_device(device));
   std::lock_guard<std::mutex> lock(mutex);
-  while (generators.size() < size_t(rt.device_count())) {
+  while (generators.size() < size_t(neuron_rt::Runtime::visible_device_count())) {
     auto index = static_cast<c10::DeviceIndex>(generators.size());
     generators.push_back(at::make_generator<NeuronGeneratorImpl>(index));
   }
@@ -104,8 +105,8 @@ const at::Generator& default_generator(c10::DeviceIndex device) {
 }
 
 at::Generator make_generator(c10::DeviceIndex device) {
-  if (device < 0) device = static_cast<c10::DeviceIndex>(runtime().current_device());
-  NEURON_RT_CALL(runtime().check_device(device));
+  if (device < 0) device = static_cast<c10::DeviceIndex>(neuron_rt::Runtime::current_device_index());
+  NEURON_RT_CALL(neuron_rt::Runtime::check_visible_device(device));
   return at::make_generator<NeuronGeneratorImpl>(device);
 }
 
@@ -118,6 +119,15 @@ NeuronGeneratorImpl* generator_for(const std::optional<at::Generator>& generator
   TORCH_CHECK(device < 0 || generator->device().index() == device, "Expected a 'neuron:", int(device),
               "' generator device but found '", generator->device(), "' (as CUDA, a generator draws for its own core)");
   return impl;
+}
+
+at::Generator generator_from_state(c10::DeviceIndex device, const at::Tensor& state) {
+  TORCH_CHECK(state.device().is_cpu() && state.scalar_type() == at::kByte && state.is_contiguous(),
+              "a neuron generator's state is a contiguous uint8 tensor in host memory, got ", state.toString(),
+              " on ", state.device());
+  at::Generator generator = make_generator(device);
+  generator.get<NeuronGeneratorImpl>()->set_state(*state.unsafeGetTensorImpl());
+  return generator;
 }
 
 PhiloxDraws reserve_draws(const std::optional<at::Generator>& generator, c10::DeviceIndex device, uint64_t elements) {

@@ -77,6 +77,9 @@ NeuronGeneratorImpl* generator_for(const std::optional<at::Generator>& generator
 // CPU kernel that insists on one: the generic path's random ops (none of ATen's: they have
 // kernels of ours, csrc/kernels/Random.cpp), so that they too follow torch.neuron's seed.
 at::Generator cpu_generator_for(const std::optional<at::Generator>& generator, c10::DeviceIndex device);
+// A new generator of core `device` at `state` (16 bytes, as get_state() makes it; a CPU or
+// host-view uint8 tensor): Note [Random ops replayed in compiled graphs] in kernels/Random.cpp.
+at::Generator generator_from_state(c10::DeviceIndex device, const at::Tensor& state);
 // Reserves `elements` elements' words of `generator` (or the device's default) under its lock.
 PhiloxDraws reserve_draws(const std::optional<at::Generator>& generator, c10::DeviceIndex device, uint64_t elements);
 

@@ -19,20 +19,21 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return kNeuron; }
 
   c10::Device exchangeDevice(c10::Device device) const override {
-    auto& rt = runtime();
-    auto old = rt.current_device();
-    if (device.index() != old) NEURON_RT_CALL(rt.set_current_device(device.index()));
+    // The current device is the thread's; choosing one starts nothing (Note [Counting devices
+    // without starting the runtime] in runtime/device.h).
+    auto old = neuron_rt::Runtime::current_device_index();
+    if (device.index() != old) NEURON_RT_CALL(neuron_rt::Runtime::set_current_device_index(device.index()));
     return c10::Device(kNeuron, static_cast<c10::DeviceIndex>(old));
   }
   c10::Device getDevice() const override {
-    return c10::Device(kNeuron, static_cast<c10::DeviceIndex>(runtime().current_device()));
+    return c10::Device(kNeuron, static_cast<c10::DeviceIndex>(neuron_rt::Runtime::current_device_index()));
   }
   void setDevice(c10::Device device) const override {
-    NEURON_RT_CALL(runtime().set_current_device(device.index()));
+    NEURON_RT_CALL(neuron_rt::Runtime::set_current_device_index(device.index()));
   }
   void uncheckedSetDevice(c10::Device device) const noexcept override {
     try {
-      neuron_rt::Runtime::get().set_current_device(device.index());
+      neuron_rt::Runtime::set_current_device_index(device.index());
     } catch (...) {
     }
   }
@@ -59,7 +60,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::DeviceIndex deviceCount() const noexcept override {
     try {
-      return static_cast<c10::DeviceIndex>(neuron_rt::Runtime::get().device_count());
+      return static_cast<c10::DeviceIndex>(neuron_rt::Runtime::visible_device_count());
     } catch (...) {
       return 0;  // REQUIRED not to raise
     }

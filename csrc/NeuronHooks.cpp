@@ -17,7 +17,7 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override {
     try {
-      return neuron_rt::Runtime::get().device_count() > 0;
+      return neuron_rt::Runtime::visible_device_count() > 0;  // Note [Counting devices without starting the runtime]
     } catch (...) {
       return false;
     }
@@ -26,16 +26,16 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
   void init() const override { runtime(); }
   c10::DeviceIndex deviceCount() const override {
     try {
-      return static_cast<c10::DeviceIndex>(neuron_rt::Runtime::get().device_count());
+      return static_cast<c10::DeviceIndex>(neuron_rt::Runtime::visible_device_count());
     } catch (...) {
       return 0;
     }
   }
   void setCurrentDevice(c10::DeviceIndex device) const override {
-    NEURON_RT_CALL(runtime().set_current_device(device));
+    NEURON_RT_CALL(neuron_rt::Runtime::set_current_device_index(device));
   }
   c10::DeviceIndex getCurrentDevice() const override {
-    return static_cast<c10::DeviceIndex>(runtime().current_device());
+    return static_cast<c10::DeviceIndex>(neuron_rt::Runtime::current_device_index());
   }
   c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
     auto old = getCurrentDevice();

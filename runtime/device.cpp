@@ -57,6 +57,14 @@ Runtime& Runtime::get() {
 }
 
 bool Runtime::initialized() noexcept { return g_initialized.load(); }
+
+const Topology& Runtime::environment_topology() {
+  // A throwing initializer leaves the static uninitialised: the next call reads the settings again.
+  static const Topology topology = Topology::from_environment();
+  return topology;
+}
+
+int Runtime::current_device_index() noexcept { return t_current_device; }
 bool Runtime::in_bad_fork() noexcept { return g_bad_fork.load(); }
 
 namespace {
@@ -66,7 +74,7 @@ bool setting_is(const char* name, const char* value) {
 }
 }  // namespace
 
-Runtime::Runtime() : topology_(Topology::from_environment()) {
+Runtime::Runtime() : topology_(environment_topology()) {
   launch_blocking_ = !setting_is("NEURON_LAUNCH_BLOCKING", "0");
   memory_guard_ = setting_is("NEURON_SIM_MEMORY_GUARD", "1");
   // Shared-memory files when asked, and by default for the processes of a multi-process job
@@ -108,13 +116,20 @@ Runtime::Runtime() : topology_(Topology::from_environment()) {
 
 void Runtime::check_device(int64_t device) const {
   if (device >= 0 && device < device_count()) return;
+  check_visible_device(device);
+}
+
+void Runtime::check_visible_device(int64_t device) {
+  const Topology& topology = environment_topology();
+  const int count = int(topology.visible.size());
+  if (device >= 0 && device < count) return;
   const char* visible = std::getenv("NEURON_RT_VISIBLE_CORES");
-  std::string hint = device_count() == 0 ? std::string("no neuron device is visible")
-                                         : "valid indices are 0 to " + std::to_string(device_count() - 1);
+  std::string hint = count == 0 ? std::string("no neuron device is visible")
+                                : "valid indices are 0 to " + std::to_string(count - 1);
   throw Error(ErrorCode::kInvalidDevice,
               "neuron device index " + std::to_string(device) + " is out of range: " + hint +
-                  " (" + std::to_string(device_count()) + " visible logical cores on " +
-                  std::to_string(topology_.chips) + " " + topology_.platform_name() +
+                  " (" + std::to_string(count) + " visible logical cores on " +
+                  std::to_string(topology.chips) + " " + topology.platform_name() +
                   " chip(s), NEURON_RT_VISIBLE_CORES=" + (visible ? visible : "<unset>") + ")");
 }
 
@@ -146,6 +161,11 @@ int Runtime::current_device() const { return t_current_device; }
 
 void Runtime::set_current_device(int device) {
   check_device(device);
+  t_current_device = device;
+}
+
+void Runtime::set_current_device_index(int device) {
+  check_visible_device(device);
   t_current_device = device;
 }
 

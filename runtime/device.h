@@ -47,6 +47,21 @@ class Runtime {
   // True in a child forked after the parent made the runtime (never throws).
   static bool in_bad_fork() noexcept;
 
+  // Note [Counting devices without starting the runtime]
+  // The visible cores come from the settings alone (topology.h), so counting them, checking an
+  // index and reading the calling thread's current device need no runtime: as CUDA counts its
+  // devices and takes manual_seed without creating a context, a process that only asked these
+  // (torch.neuron.is_available(), device_count(), torch.manual_seed(), a generator) has not
+  // started the runtime, reports initialized() false, and may still fork a child that uses the
+  // device. The topology is read once per process; bad settings throw Error(kInvalidArgument),
+  // each time it is asked for, as get() does.
+  static const Topology& environment_topology();
+  static int visible_device_count() { return int(environment_topology().visible.size()); }
+  // Throws Error(kInvalidDevice) naming the valid range and NEURON_RT_VISIBLE_CORES.
+  static void check_visible_device(int64_t device);
+  static int current_device_index() noexcept;
+  static void set_current_device_index(int device);  // checks the index, then sets the thread's device
+
   const Topology& topology() const { return topology_; }
   int device_count() const { return int(devices_.size()); }
   bool launch_blocking() const { return launch_blocking_; }

@@ -192,6 +192,8 @@ std::string argument_mismatch(const c10::Argument& schema, const ProgramArg& arg
     // a functional collective's group (`Any group_name`): its registered name (Note [Collectives in programs])
     case c10::TypeKind::AnyType: return expect(arg.kind == Kind::kString);
     case c10::TypeKind::DeviceObjType: return expect(arg.kind == Kind::kDevice);
+    // a generator at a saved state (Note [Random ops replayed in compiled graphs]); None: the device's default
+    case c10::TypeKind::GeneratorType: return expect(arg.kind == Kind::kValue);
     case c10::TypeKind::ScalarTypeType: return expect(arg.kind == Kind::kScalarType);
     case c10::TypeKind::LayoutType: return expect(arg.kind == Kind::kLayout);
     case c10::TypeKind::MemoryFormatType: return expect(arg.kind == Kind::kMemoryFormat);
@@ -353,6 +355,8 @@ void ProgramExecutor::build() {
     TORCH_CHECK(op.has_value(), "program ", program_.name, ": no operator ", node.op,
                 " in this PyTorch (the program was made by another version; it is recompiled)");
     step->op = op;
+    // Note [Random ops replayed in compiled graphs]: it reads the device's generator
+    step->reads_generator = node.op == "neuron::rng_state";
     const auto& schema = op->schema();
     TORCH_CHECK(node.args.size() == schema.arguments().size(), "program ", program_.name, ": ", node.op, " has ",
                 node.args.size(), " arguments, its schema ", schema.arguments().size());
@@ -699,7 +703,11 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
       if (slot.list_index < 0) stack[slot.position] = get(slot.value);
     }
     for (size_t position : step.generators) {
-      if (stack[position].isNone()) stack[position] = default_generator(device_);
+      if (stack[position].isNone()) {
+        stack[position] = default_generator(device_);
+      } else if (stack[position].isTensor()) {  // Note [Random ops replayed in compiled graphs]
+        stack[position] = generator_from_state(device_, stack[position].toTensor());
+      }
     }
     {
       std::optional<LendOutputs> lend;
@@ -707,7 +715,7 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
         const at::Tensor& slot = get(step.outputs[0]);
         lend.emplace(std::vector<std::pair<void*, size_t>>{{slot.data_ptr(), size_t(slot.nbytes())}});
       }
-      if (step.generators.empty()) {
+      if (step.generators.empty() && !step.reads_generator) {
         step.op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
       } else {
         // A random op: the device's random kernels (kernels/Random.h) on the host views, drawing

@@ -28,6 +28,7 @@ struct ProgramExecutor::Step {
   };
   std::vector<TensorSlot> tensors;
   std::vector<size_t> generators;        // positions of Generator? arguments
+  bool reads_generator = false;          // neuron::rng_state: runs in a HostDrawScope as random ops do
   std::vector<size_t> tensor_lists;      // positions of tensor-list arguments (rebuilt per call)
   std::vector<int> outputs;              // value per return, -1 when unused
   bool lend = false;                     // the single output's memory is lent to the kernel

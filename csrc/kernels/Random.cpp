@@ -38,6 +38,7 @@ thread_local c10::DeviceIndex t_host_device = -1;  // HostDrawScope's device, -1
 
 HostDrawScope::HostDrawScope(c10::DeviceIndex device) : previous_(t_host_device) { t_host_device = device; }
 HostDrawScope::~HostDrawScope() { t_host_device = previous_; }
+c10::DeviceIndex HostDrawScope::device() { return t_host_device; }
 
 namespace {
 
@@ -695,6 +696,35 @@ at::Tensor binomial_meta(const at::Tensor& count, const at::Tensor&, std::option
 at::Tensor sample_dirichlet_meta(const at::Tensor& alpha, std::optional<at::Generator>) {
   return at::empty_like(alpha, at::MemoryFormat::Contiguous);
 }
+// Note [Random ops replayed in compiled graphs]
+// Activation checkpointing under torch.compile recomputes a random op in the backward graph;
+// AOTAutograd's partitioner wraps the forward op in run_and_save_rng_state (the state before it
+// draws is saved for backward) and the backward op in run_with_rng_state(state, ...) (it draws
+// from that state; the device's generator is left as it was). Their kernels exist for CPU,
+// CUDA, XPU and HPU only, so the compiler lowers them (compile/passes.py,
+// replay_random_ops): the forward becomes neuron::rng_state(device), the default generator's
+// state as a 16-byte value of the program (seed, offset: Note [Philox generator]), right before
+// the op, which draws from the default generator as without checkpointing; the backward op
+// takes that value as its Generator argument, and the executor gives it a generator made from
+// it (generator_from_state). So the recomputed op draws the forward's numbers exactly, and the
+// device's generator advances as it does without checkpointing (eager's behaviour, which
+// torch.utils.checkpoint gets by stashing torch.neuron's state). The op has no tensor argument
+// and a composite kernel: it runs as a program step (CPU key, the output memory lent) and,
+// called directly, returns the state on the CPU, as torch.neuron.get_rng_state(device) does.
+at::Tensor rng_state(c10::Device device) {
+  // a program step names the host (its kernels run on host views), under its HostDrawScope
+  if (device.is_cpu() && HostDrawScope::device() >= 0) device = c10::Device(kNeuron, HostDrawScope::device());
+  TORCH_CHECK(device.type() == kNeuron, "neuron::rng_state: expected a neuron device, got ", device);
+  NeuronGeneratorImpl* generator = generator_for(std::nullopt, device.index());
+  std::lock_guard<std::mutex> lock(generator->mutex_);
+  return at::Tensor(generator->get_state());
+}
+at::Tensor rng_state_meta(c10::Device) { return at::empty({16}, at::TensorOptions().dtype(at::kByte).device(at::kMeta)); }
+
+TORCH_LIBRARY_FRAGMENT(neuron, m) { m.def("rng_state(Device device) -> Tensor"); }
+TORCH_LIBRARY_IMPL(neuron, CompositeExplicitAutograd, m) { m.impl("rng_state", TORCH_FN(rng_state)); }
+TORCH_LIBRARY_IMPL(neuron, Meta, m) { m.impl("rng_state", TORCH_FN(rng_state_meta)); }
+
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("binomial", TORCH_FN(binomial_meta));
   m.impl("_sample_dirichlet", TORCH_FN(sample_dirichlet_meta));

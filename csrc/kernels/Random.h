@@ -28,6 +28,9 @@ namespace torch_neuron {
 // (thread-local); nests.
 class HostDrawScope {
  public:
+  // The device of the innermost scope on this thread, -1 outside one.
+  static c10::DeviceIndex device();
+
   explicit HostDrawScope(c10::DeviceIndex device);
   ~HostDrawScope();
   HostDrawScope(const HostDrawScope&) = delete;

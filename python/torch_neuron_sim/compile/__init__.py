@@ -39,6 +39,11 @@ def _register_with(registry):
             registry.register_backend(neuron_backend, name="neuron")
 
 
+def _register_device_interface(_module):
+    from . import device_interface
+    device_interface.register()
+
+
 def register():
     """Makes the Dynamo backend "neuron" available, and selects it for graphs on the neuron
     device compiled with the default backend (torch.compile(model) in a script ported from
@@ -50,5 +55,8 @@ def register():
     torch_patches.register_as_dynamo_loads(_register_with)
     torch_patches.select_neuron_for_neuron_tensors(neuron_backend)
     torch_patches.accept_neuron_in_flex_attention()
+    # Dynamo's device interface for neuron (streams and events in compiled code), as Dynamo's
+    # device-interface module loads
+    torch_patches.run_after_load("torch._dynamo.device_interface", _register_device_interface)
     from . import flex_attention
     flex_attention.register()

@@ -106,6 +106,10 @@ class Lowering:
         self.ambiguous = set()   # storages of several inputs: a result over one has no single root
         self.first_use = {}      # root value id -> first program node that touches it (set by no node)
         self.in_flight = {}      # a collective's result value -> the values it uses until its wait
+        # Note [Random ops replayed in compiled graphs]: program index of each neuron::rng_state
+        # node, and of the last node that draws random numbers
+        self.rng_state_at = {}
+        self.last_draw = -1
 
     # ---- values ---------------------------------------------------------------------------
     def _on_host(self, t):
@@ -299,6 +303,12 @@ class Lowering:
                     self.node_values[node] = root if self._same_as_root(root, val) else self._view(root, val)
                 return
         args = self._schema_args(node)
+        draws = any("Generator" in str(a.type) for a in target._schema.arguments)
+        saved_by = node.meta.get("neuron_rng_saved_by")
+        if saved_by is not None and self.rng_state_at.get(saved_by, len(self.nodes)) <= self.last_draw:
+            # the saved state must be the one this op draws from: no draw between the two
+            raise LoweringError(f"{node.format_node()}: another random op runs between it and the state saved "
+                                "for its recomputation")
         pairs, form = returned_values(target._schema, val, node)
         outputs = []
         mapped = []
@@ -316,6 +326,10 @@ class Lowering:
             outputs.append(vid)
             mapped.append(vid)
         self.nodes.append((self._op_name(target), args, outputs))
+        if draws:
+            self.last_draw = len(self.nodes) - 1
+        if target is torch.ops.neuron.rng_state.default:
+            self.rng_state_at[node] = len(self.nodes) - 1
         for vid in outputs:
             if vid >= 0:
                 self.last_use.setdefault(self._root_of(vid), len(self.nodes) - 1)

@@ -2,6 +2,10 @@
 
 - inline_flex_attention (flex_attention.py): FlexAttention's higher-order operators become
   the ATen ops of their dense implementations (Note [FlexAttention on neuron]).
+- replay_random_ops: activation checkpointing's recomputed random ops (AOTAutograd's
+  run_and_save_rng_state / run_with_rng_state, which have no kernel for this device) draw in
+  backward what they drew in forward (Note [Random ops replayed in compiled graphs] in
+  csrc/kernels/Random.cpp).
 - materialize_lazy_views: conj and _neg_view (what AOTAutograd's backward of complex products
   holds: grad * other.conj()) are views that only set a bit on the tensor, which ATen's kernels
   resolve; a program's values are memory layouts without those bits, so these nodes become the
@@ -32,6 +36,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from .. import _C
 from . import flex_attention
+from .lowering import LoweringError
 from .segments import COLLECTIVE_NAMESPACES
 
 aten = torch.ops.aten
@@ -194,6 +199,12 @@ def _fake_call(target, args, kwargs):
     modes = [v.fake_mode for v in _tensors((args, kwargs)) if isinstance(v, torch._subclasses.FakeTensor)]
     with modes[0] if modes else _nothing():
         return target(*args, **kwargs), args, kwargs
+
+
+def _recompute_call(target, args, kwargs):
+    from torch.fx.experimental.proxy_tensor import snapshot_fake
+    result, _, _ = _fake_call(target, args, kwargs)
+    return torch.utils._pytree.tree_map_only(torch.Tensor, snapshot_fake, result)
 
 
 def _accepts(target, args, kwargs):
@@ -524,6 +535,95 @@ def _with_generator(target):
     return _WITH_GENERATOR[target]
 
 
+_RNG_STATE_BYTES = 16  # a neuron generator's state: seed, offset (Note [Philox generator])
+
+
+def _register_rng_state_fake():
+    """neuron::rng_state's value under fake tensors: 16 bytes on the device it names (its Meta
+    kernel knows no device; FakeTensor would put an op without tensor arguments on meta)."""
+    if getattr(_register_rng_state_fake, "done", False):
+        return
+    _register_rng_state_fake.done = True
+
+    @torch.library.register_fake("neuron::rng_state")
+    def _(device):
+        return torch.empty(_RNG_STATE_BYTES, dtype=torch.uint8, device=device)
+
+
+def _state_value(fake_mode, device):
+    with fake_mode:
+        return torch.empty(_RNG_STATE_BYTES, dtype=torch.uint8, device=device)
+
+
+def replay_random_ops(gm):
+    """Note [Random ops replayed in compiled graphs] (csrc/kernels/Random.cpp): in a forward graph,
+    `run_and_save_rng_state(op, *args)` becomes `neuron::rng_state(device)` followed by `op(*args)`
+    (the state before the op draws, saved for backward); in a backward graph,
+    `run_with_rng_state(state, op, *args)` becomes `op(*args)` drawing from a generator at `state`
+    (its Generator argument, set by generators_from_saved_states after seeded_ops_take_a_generator
+    has given the op one). Returns how many were rewritten."""
+    from torch._prims import rng_prims
+    graph = gm.graph
+    rewritten = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in (rng_prims.run_and_save_rng_state,
+                                                            rng_prims.run_with_rng_state):
+            continue
+        saving = node.target is rng_prims.run_and_save_rng_state
+        op, args = (node.args[0], node.args[1:]) if saving else (node.args[1], node.args[2:])
+        if not isinstance(op, torch._ops.OpOverload):
+            raise LoweringError(f"{node.format_node()}: a recomputed random op that is not an ATen op ({op})")
+        users = list(node.users)
+        if saving:
+            results = {user.args[1]: user for user in users}
+            if any(user.target is not operator.getitem for user in users) or not results.keys() <= {0, 1}:
+                raise LoweringError(f"{node.format_node()}: its results are used other than as (state, output)")
+        # the partitioner gives these nodes no fake value: the op's own, on its arguments' values
+        val = node.meta["val"][1] if "val" in node.meta else _recompute_call(op, args, node.kwargs)
+        device = _tensors(val)[0].device if _tensors(val) else None
+        if device is None or device.type != "neuron":
+            raise LoweringError(f"{node.format_node()}: a recomputed random op on {device}: only ops on the neuron "
+                                "device are replayed from a saved state (move its inputs to the neuron device)")
+        fake_mode = _tensors(val)[0].fake_mode
+        with graph.inserting_before(node):
+            if saving:
+                _register_rng_state_fake()
+                state = graph.call_function(torch.ops.neuron.rng_state.default, (device,))
+                state.meta["val"] = _state_value(fake_mode, device)
+            out = graph.call_function(op, tuple(args), dict(node.kwargs))
+        out.meta["val"] = val
+        if saving:
+            out.meta["neuron_rng_saved_by"] = state
+            for index, user in results.items():
+                user.replace_all_uses_with(state if index == 0 else out)
+                graph.erase_node(user)
+        else:
+            saved = node.args[0]
+            out.meta["neuron_rng_state"] = saved
+            if saved.op == "placeholder":  # traced as the CPU generator's state (5056 bytes)
+                saved.meta["val"] = _state_value(fake_mode, device)
+            node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        rewritten += 1
+    if rewritten:
+        gm.recompile()
+    return rewritten
+
+
+def generators_from_saved_states(gm):
+    """The second half of replay_random_ops: each backward op replayed from a saved state gets it
+    as its Generator argument (the executor makes a generator at that state)."""
+    for node in gm.graph.nodes:
+        saved = node.meta.get("neuron_rng_state")
+        if saved is None:
+            continue
+        if not any(a.name == "generator" for a in node.target._schema.arguments):
+            raise LoweringError(f"{node.format_node()}: a recomputed random op without a Generator argument; "
+                                "it cannot be replayed from the forward's state")
+        node.kwargs = {**node.kwargs, "generator": saved}
+    gm.recompile()
+
+
 def seeded_ops_take_a_generator(gm):
     """Random ops without a Generator argument would draw from the CPU's default generator in
     the executor (kernels run on host views); their overloads with one draw from the device's
@@ -653,7 +753,10 @@ def run_passes(gm, on_device_ops):
     stats = {"flex_attention": flex_attention.inline_flex_attention(gm)}
     stats["lazy_views"] = materialize_lazy_views(gm)
     stats["histc"] = integer_histc(gm)
+    stats["replayed_random"] = replay_random_ops(gm)
     stats["seeded"] = seeded_ops_take_a_generator(gm)
+    if stats["replayed_random"]:
+        generators_from_saved_states(gm)
     stats["narrowed_64bit"] = narrow_64bit(gm, on_device_ops)
     stats["reinplaced"] = reinplace_input_updates(gm)  # before folding: it propagates fake values again
     stats["identity_copies"] = drop_identity_copies(gm)

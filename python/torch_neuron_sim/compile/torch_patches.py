@@ -72,14 +72,15 @@ DYNAMO_REGISTRY = "torch._dynamo.backends.registry"
 
 # ---- 1. registering as Dynamo's backend registry loads ---------------------------------------
 
-class _RegisterAsDynamoLoads(importlib.abc.MetaPathFinder):
-    """Runs `register(registry module)` right after Dynamo's backend registry module has run."""
+class _RunAfterLoad(importlib.abc.MetaPathFinder):
+    """Runs `register(module)` right after the module named `module_name` has run."""
 
-    def __init__(self, register):
+    def __init__(self, register, module_name=DYNAMO_REGISTRY):
         self.register = register
+        self.module_name = module_name
 
     def find_spec(self, name, path, target=None):
-        if name != DYNAMO_REGISTRY:
+        if name != self.module_name:
             return None
         if self in sys.meta_path:
             sys.meta_path.remove(self)
@@ -114,7 +115,17 @@ def register_as_dynamo_loads(register):
         if not _inside(registry.lookup_backend):
             register(registry)
     else:
-        sys.meta_path.insert(0, _RegisterAsDynamoLoads(register))
+        sys.meta_path.insert(0, _RunAfterLoad(register))
+
+
+def run_after_load(module_name, register):
+    """`register(module)` once the module `module_name` has run: now if it is loaded, else right
+    after it loads (as patch 1, without its entry-point rule): for registrations with a module
+    of Dynamo (its device interfaces) that must not load Dynamo at `import torch`."""
+    if module_name in sys.modules:
+        register(sys.modules[module_name])
+    else:
+        sys.meta_path.insert(0, _RunAfterLoad(register, module_name))
 
 
 # ---- 2. torch.compile(model) without a backend on neuron tensors ---------------------------

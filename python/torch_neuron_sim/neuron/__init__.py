@@ -1,12 +1,17 @@
 """The torch.neuron module: the device API, shaped like torch.cuda and like AWS's torch.neuron.
 
 Beyond AWS's module it keeps get_rng_state_all / set_rng_state_all and mem_get_info, which
-Accelerate and DTensor call."""
+Accelerate and DTensor call, and the private names PyTorch reads from any device module as it
+reads them from torch.cuda (Note [The device module contract], docs/device-module-contract.md):
+`_initialized`, `_lazy_init`, `_is_in_bad_fork`, `default_generators`, `_get_generator`,
+`_utils._get_device_index`. Activation checkpointing, for one, stashes and restores a device's
+RNG state only when `getattr(module, "_initialized", False)` is true."""
 
 import torch
 
 from .. import _C
 from .. import dynamo_metrics as _dynamo_metrics
+from . import _utils  # noqa: F401  (torch.load reads module._utils._get_device_index, as torch.cuda's)
 from . import memory
 from ._device import _index
 from .memory import (empty_cache, max_memory_allocated, max_memory_reserved, mem_get_info,  # noqa: F401
@@ -19,7 +24,7 @@ __all__ = [
     "get_device_properties", "synchronize", "Stream", "Event", "current_stream", "default_stream",
     "set_stream", "stream", "StreamContext", "manual_seed", "manual_seed_all", "seed", "seed_all",
     "initial_seed", "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
-    "get_amp_supported_dtype", "is_bf16_supported", "is_initialized", "init",
+    "get_amp_supported_dtype", "is_bf16_supported", "is_initialized", "init", "default_generators",
     "get_dynamo_metrics", "reset_dynamo_metrics", "memory", *memory.__all__,
 ]
 
@@ -39,6 +44,30 @@ def is_initialized():
     return _C._is_initialized() and not _C._is_in_bad_fork()
 
 
+# Note [The device module contract]
+# torch.cuda keeps `_initialized` (a module global set by _lazy_init) and `default_generators`
+# (a tuple filled by _lazy_init); PyTorch reads both from any device module by name:
+# torch.utils.checkpoint saves and restores a device's RNG state only when
+# getattr(module, "_initialized", False) is true, and graph-safe RNG (torch._prims.rng_prims)
+# indexes module.default_generators. Here both are computed when read (PEP 562's module
+# __getattr__): `_initialized` is true once the runtime has started (a tensor, a stream, an
+# RNG call, torch.neuron.init()), as CUDA's is once the context exists; reading it starts
+# nothing. The generators exist from the start (the runtime is not needed for them), so
+# default_generators never starts the runtime either.
+_default_generators = None
+
+
+def __getattr__(name):
+    global _default_generators
+    if name == "_initialized":
+        return is_initialized()
+    if name == "default_generators":
+        if _default_generators is None:
+            _default_generators = tuple(_C.default_generator(i) for i in range(device_count()))
+        return _default_generators
+    raise AttributeError(f"module 'torch.neuron' has no attribute '{name}'")
+
+
 def init():
     _C._init()
 
@@ -51,6 +80,14 @@ def set_device(device):
     index = _index(device)
     if index >= 0:
         _C.set_device(index)
+
+
+def _exchange_device(device):
+    """Makes core `device` current (-1: no change); returns the previous one (torch.cuda's)."""
+    return _C.exchange_device(int(device))
+
+
+_maybe_exchange_device = _exchange_device
 
 
 class device:
@@ -198,6 +235,12 @@ def get_rng_state(device="neuron"):
 
 def set_rng_state(new_state, device="neuron"):
     _generator(device).set_state(new_state)
+
+
+def _get_generator(device):
+    """The default generator of `device` (a torch.device; index None: the current core), as
+    torch.cuda._get_generator (AOTAutograd's graph-safe RNG reads it)."""
+    return _generator(device)
 
 
 def get_rng_state_all():
