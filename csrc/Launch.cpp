@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cstdlib>
 #include <limits>
 #include <mutex>
 
@@ -73,7 +72,7 @@ void use_kernel_threads(const neuron_rt::Stream& stream, int threads) {  // Note
   // Launch-blocking mode runs the task on the calling thread: its own setting stays.
   if (!stream.is_current_worker()) return;
 #if AT_PARALLEL_OPENMP
-  omp_set_num_threads(stream.host_waiting() ? threads : std::max(1, threads - 1));  // this thread's own setting
+  omp_set_num_threads(threads);  // this thread's own setting
 #endif
 }
 

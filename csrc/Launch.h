@@ -97,19 +97,19 @@ inline int64_t bytes_of(const at::Tensor& t) { return t.defined() ? int64_t(t.nb
 // pending and has not failed.
 bool runs_at_call_when_idle(int64_t bytes, c10::DeviceIndex device);
 
-// Note [Kernel threads]: a queued kernel runs on the stream's worker thread, which shares the
-// machine's cores with the host thread (the simulated device has no cores of its own). While
-// the host runs Python, a kernel leaves it one core (`threads` - 1 OpenMP threads, at least
-// one); while the host is blocked waiting for the stream (Stream::host_waiting()), the kernel
-// takes all `threads`. `threads` is the setting of the thread that queued the kernel
-// (torch.set_num_threads; for backward kernels, autograd's device thread), read at enqueue
-// by kernel_threads_setting(); use_kernel_threads() applies it on the worker before the
-// kernel. Limits: decided when the kernel starts (one that starts a moment before
-// the host blocks keeps the smaller count); MKL's matmuls keep MKL's own per-thread setting;
-// a host blocked in Event.synchronize() does not count. Seen by hand (demo model, bf16
-// decode, 2 cores, 2 threads; single runs): the host blocked 0.85 ms per token with every
-// queued kernel at the full count (the worker's OpenMP team and the host took turns on the
-// cores) and 0.29 ms with this rule.
+// Note [Kernel threads]: a queued kernel runs on the stream's worker thread with the OpenMP
+// thread count of the thread that queued it (torch.set_num_threads; for backward kernels,
+// autograd's device thread), read at enqueue by kernel_threads_setting() and applied on the
+// worker by use_kernel_threads(): the count a launch-blocking run uses for the same kernel. ATen's
+// CPU reductions split their work by the thread count, so the count decides the bits of a
+// sum, a layer norm's weight gradient, ...: a fixed count makes the asynchronous mode give
+// launch-blocking mode's values, run after run. (Until issue 39 the worker took one thread less
+// while the host ran Python and all of them while it waited, a choice by timing: two identical
+// training steps of a tiny GPT-2 gave different gradients, and activation checkpointing could
+// not be compared exactly with the run without it. Side by side then, 7 alternating runs of the
+// demo model's bf16 eager decode and a GPT-2 training step on 2 cores, asynchronous mode: median
+// 4.71 -> 4.37 ms per token, 235 -> 211 ms per step: no cost seen within the noise.) MKL's
+// matmuls keep MKL's own per-thread setting.
 int kernel_threads_setting();
 void use_kernel_threads(const neuron_rt::Stream& stream, int threads);
 

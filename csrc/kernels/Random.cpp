@@ -375,10 +375,15 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
       return std::make_tuple(input.clone(), at::ones_like(input, input.options().dtype(at::kBool)));
     }
     const double keep = 1. - p;
-    const double scale = keep == 0 ? 0. : 1. / keep;  // p == 1: zeros, not NaN
+    if (keep == 0) {  // p == 1: everything dropped, nothing drawn (as CUDA's kernel)
+      return std::make_tuple(at::zeros_like(input), at::zeros_like(input, input.options().dtype(at::kBool)));
+    }
     at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool));
     mask.bernoulli_(keep, resolved(std::nullopt, random_device(input)));
-    return std::make_tuple(input.mul(mask).mul_(scale), mask);
+    // mul, not mul_: the scale is applied in the op's math type (float for half and bfloat16), as
+    // CUDA's fused kernel and a compiled dropout do (compile/decompositions.py, _native_dropout);
+    // mul_(Scalar) would round it to the input's dtype first
+    return std::make_tuple(input.mul(mask).mul(1. / keep), mask);
   });
 }
 

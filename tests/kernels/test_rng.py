@@ -217,10 +217,9 @@ def test_compiled_random_ops_draw_what_eager_draws(fresh_dynamo):
     assert torch.neuron.get_rng_state()[8:].view(torch.int64).item() == 2 * 232
 
 
-_DRAWS_DIFFER = {
-    "dropout": "compiled dropout is AOTAutograd's decomposition (keeps rand_like(x) > p), eager runs native_dropout "
-               "(keeps bernoulli(1 - p)): the same uniforms, complementary masks at p = 0.5",
-}
+# ops whose compiled draws differ from eager's, with the reason (none since compiled dropout is
+# the eager kernel's bernoulli(1 - p), compile/decompositions.py _native_dropout)
+_DRAWS_DIFFER: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=_DRAWS_DIFFER[name]))

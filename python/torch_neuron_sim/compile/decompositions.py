@@ -171,6 +171,21 @@ def _batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, su
     return grad_input.to(input.dtype)
 
 
+def _native_dropout(input, p, train):
+    """native_dropout as the device's eager kernel computes it (csrc/kernels/Random.cpp): a bool
+    mask drawn by bernoulli(1 - p) from the device's generator (passes.py gives bernoulli.p its
+    Generator argument), then input * mask * 1/(1 - p). So a compiled dropout drops what the eager
+    one drops after the same seed. PyTorch's own decomposition (rand_like(input) > p) draws other
+    numbers; native_dropout's kernel has no generator argument."""
+    if train is not None and not train:
+        return input.clone(), torch.ones_like(input, dtype=torch.bool)
+    keep = 1.0 - p
+    if keep == 0:  # p == 1: everything dropped, nothing drawn
+        return torch.zeros_like(input), torch.zeros_like(input, dtype=torch.bool)
+    mask = aten.bernoulli.p(torch.empty_like(input, dtype=torch.bool), keep)
+    return input * mask * (1.0 / keep), mask
+
+
 def _fused_dropout(input, p, generator=None):
     mask = aten.bernoulli.p(torch.empty_like(input, dtype=torch.uint8), p, generator=generator)  # functional
     scale = 1.0 / p if p > 0 else 0.0
@@ -242,11 +257,8 @@ def _varlen_decompositions():
 
 
 def decomposition_table():
-    from torch._decomp import decomposition_table as torch_decompositions
     return {
-        # dropout as rand_like < p (which then draws from the device's generator, passes.py):
-        # native_dropout's kernel has no generator argument and would use the CPU's.
-        aten.native_dropout.default: torch_decompositions[aten.native_dropout.default],
+        aten.native_dropout.default: _native_dropout,
         aten._scaled_dot_product_fused_attention_overrideable.default: _attention,
         aten._scaled_dot_product_fused_attention_overrideable_backward.default: _attention_backward,
         aten._thnn_fused_lstm_cell.default: _lstm_cell,

@@ -16,8 +16,8 @@ xd, wd = x.to("neuron"), w.to("neuron")
 print("applies:", _C.small_matmul_applies(1, 768, 32000))
 expected = torch.nn.functional.linear(x, w)
 torch.nn.functional.linear(xd, wd).cpu()        # first of its signature (inline); later ones queue
-# warm-up without toggling: the worker probes the shape at its thread counts (1 while the host
-# runs Python, 2 while it waits: Note [Kernel threads]), so the verdicts are cached as True
+# warm-up without toggling: the worker probes the shape at its thread count (Note [Kernel
+# threads]), so the verdicts are cached as True
 for _ in range(3):
     warm = [torch.nn.functional.linear(xd, wd) for _ in range(10)]
     time.sleep(0.2)
