@@ -314,6 +314,10 @@ def main() -> None:
   `/usr/share/doc/python{version}/html/_sources/` (the reStructuredText sources
   of the CPython documentation).
 - **Sections used:** {', '.join(used_sections)}.
+- **Not kept in the repository:** the text is made where it is needed
+  (`scripts/train_demo_model.py` runs the script below when the file is missing); the
+  repository keeps this note, the script and the licence. The sha256 above tells whether
+  a text made again is the one the demo model was trained on.
 - **How it was made:** `python scripts/prepare_corpus.py` (from the repo root).
   It drops directives other than prose ones, code and literal blocks, doctest
   sessions, tables, comments and markup, and puts each paragraph on one line.

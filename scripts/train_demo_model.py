@@ -26,11 +26,13 @@ import os
 import random
 import shlex
 import shutil
+import subprocess
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC_SEP = "<|endoftext|>"
+DEFAULT_CORPUS = os.path.join(REPO, "demo", "corpus", "python_docs.txt")
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 MAX_FOLDER_BYTES = 20 * 1024 * 1024
 
@@ -39,7 +41,7 @@ def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="neuron",
                     help='torch device to train on: "neuron" (default, needs torch_neuronx) or "cpu"')
-    ap.add_argument("--corpus", default=os.path.join(REPO, "demo", "corpus", "python_docs.txt"))
+    ap.add_argument("--corpus", default=DEFAULT_CORPUS)
     ap.add_argument("--out", default=os.path.join(REPO, "demo", "model"))
     budget = ap.add_argument_group("budget (the first one reached stops training)")
     budget.add_argument("--minutes", type=float, default=None,
@@ -94,8 +96,13 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig,  # n
 
 
 def read_documents(path: str) -> list[str]:
+    if not os.path.exists(path) and os.path.abspath(path) == os.path.abspath(DEFAULT_CORPUS):
+        # The repository keeps the script, the source note and the licence, not the text: made
+        # here from Debian's python3.11-doc package (demo/corpus/SOURCE.md)
+        print(f"corpus {path} not found: making it with scripts/prepare_corpus.py", flush=True)
+        subprocess.run([sys.executable, os.path.join(REPO, "scripts", "prepare_corpus.py")], check=True)
     if not os.path.exists(path):
-        sys.exit(f"error: corpus {path} not found; run scripts/prepare_corpus.py first")
+        sys.exit(f"error: corpus {path} not found; make it with scripts/prepare_corpus.py")
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     return [d.strip() for d in text.split(DOC_SEP) if d.strip()]

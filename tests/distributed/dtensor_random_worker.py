@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 import torch_neuronx  # noqa: F401
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 import torch.distributed.tensor as dtensor
 import torch.distributed.tensor._random as random
@@ -145,6 +145,150 @@ def main(out_dir):
         assert all(torch.equal(g.cpu(), local.cpu()) for g in gathered)
 
     check("dropout replicated", dropout_under_tensor_parallel)
+
+    def user_generator_reseeded():  # the generator's own state, not one DTensor kept a copy of
+        mesh = meshes["1d"][0]
+        generator = torch.Generator(device="neuron")
+        a = dtensor.empty((8, 3), device_mesh=mesh, placements=[Shard(0)])
+        b = dtensor.empty((8, 3), device_mesh=mesh, placements=[Shard(0)])
+        for seed in (55, 56):
+            torch.manual_seed(seed)
+            generator.manual_seed(seed)
+            torch.nn.init.uniform_(a, 0.0, 1.0)
+            torch.nn.init.uniform_(b, 0.0, 1.0, generator)
+            assert torch.equal(a.full_tensor().cpu(), b.full_tensor().cpu()), seed
+
+    check("user generator reseeded", user_generator_reseeded)
+
+    def multinomial_sharded():
+        mesh = meshes["1d"][0]
+        torch.manual_seed(SEED)
+        probs = torch.rand(4 * world, 4, device="neuron")
+        probs = probs / probs.sum(-1, keepdim=True)
+        rows = dtensor.distribute_tensor(probs, mesh, [Shard(0)])
+        result = torch.multinomial(rows, 2, replacement=True)
+        assert isinstance(result, dtensor.DTensor) and tuple(result.placements) == (Shard(0),)
+        assert result.shape == (4 * world, 2)
+        columns = dtensor.distribute_tensor(probs, mesh, [Shard(1)])  # categories: gathered first
+        result = torch.multinomial(columns, 2, replacement=True)
+        assert tuple(result.placements) == (Replicate(),) and result.shape == (4 * world, 2)
+        assert int(result.to_local().max()) < 4
+
+    check("multinomial sharded", multinomial_sharded)
+
+    def meta_init_replicated():  # a replicated tensor made from meta: the same values on every rank
+        mesh = meshes["1d"][0]
+        meta = distribute_tensor(torch.empty(64, 32, device="meta"), mesh, [Replicate()])
+        for enabled in (True, False):
+            torch.neuron.manual_seed(0)
+            made = torch.empty_like(meta, device="neuron")
+            if random._rng_tracker is not None:
+                random._rng_tracker.distribute_region_enabled = enabled
+            made.uniform_()
+            local = made.to_local()
+            gathered = [torch.empty_like(local) for _ in range(world)]
+            dist.all_gather(gathered, local)
+            assert all(torch.equal(g.cpu(), local.cpu()) for g in gathered), enabled
+        random._rng_tracker.distribute_region_enabled = True
+
+    check("meta init replicated", meta_init_replicated)
+
+    def tracker_made_by_the_first_random_op():
+        random._rng_tracker = None
+        torch.manual_seed(SEED + rank)  # different seeds: DTensor takes them as they are
+        x = distribute_tensor(torch.empty(world * 4, device="neuron"), meshes["1d"][0], [Shard(0)])
+        assert random._rng_tracker is None, "made by distribute_tensor"
+        x.uniform_(0, 1)
+        assert isinstance(random._rng_tracker, random.OffsetBasedRNGTracker)
+        assert torch.neuron.initial_seed() == SEED + rank  # the device's generator, not a copy
+
+    check("tracker made by the first random op", tracker_made_by_the_first_random_op)
+
+    def manual_seed_on_a_mesh():
+        mesh = meshes["1d"][0]
+        random.manual_seed(100 + rank, mesh)  # no collective: the seed is taken as given
+        assert torch.neuron.initial_seed() == 100 + rank
+        random.manual_seed(1234, mesh)
+        assert torch.neuron.initial_seed() == 1234
+        outside = DeviceMesh("neuron", [(rank + 1) % world], _rank=rank)
+        try:
+            random.manual_seed(rank, outside)
+        except RuntimeError as error:
+            assert "part of the device mesh" in str(error), error
+        else:
+            raise AssertionError("manual_seed on a mesh without this rank did not raise")
+
+    check("manual seed on a mesh", manual_seed_on_a_mesh)
+
+    def philox_state_round_trip():  # a seed with the top bit set, read and written back
+        state = torch.neuron.get_rng_state()
+        philox = random._PhiloxState(state.clone())
+        philox.seed = torch.tensor([2**63 + 42], dtype=torch.uint64)
+        philox.seed = philox.seed.clone()
+        philox.offset = torch.tensor([8], dtype=torch.uint64)
+        torch.neuron.set_rng_state(philox.state)
+        assert torch.neuron.initial_seed() == 2**63 + 42
+        torch.neuron.set_rng_state(state)
+
+    check("philox state round trip", philox_state_round_trip)
+
+    def checkpointed_dtensor_dropout():  # DTensor's offsets replayed by activation checkpointing
+        import torch.utils.checkpoint as cp
+        mesh = meshes["1d"][0]
+        torch.manual_seed(0)
+        linear = torch.nn.Linear(16, 16, device="neuron")
+        weight = distribute_tensor(linear.weight.detach(), mesh, [Shard(0)])
+
+        def block(x):
+            return F.dropout(F.linear(x, weight.redistribute(mesh, [Replicate()])), 0.5) * 3
+
+        def run(checkpointed):
+            torch.manual_seed(SEED)
+            x = distribute_tensor(torch.ones(8, 16, device="neuron"), mesh, [Shard(0)]).requires_grad_()
+            out = cp.checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)
+            out.sum().backward()
+            return out.full_tensor().cpu(), x.grad.full_tensor().cpu(), torch.neuron.get_rng_state()
+        for a, b in zip(run(False), run(True)):
+            assert torch.equal(a, b)
+
+    check("checkpointed dtensor dropout", checkpointed_dtensor_dropout)
+
+    if world == 4:
+        def pipeline_stage_seeds():  # a seed per pipeline stage on a (pp, spmd) mesh
+            world_mesh = init_device_mesh("neuron", (2, 2), mesh_dim_names=("pp", "spmd"))
+            pp_rank, spmd = world_mesh["pp"].get_local_rank(), world_mesh["spmd"]
+            random.manual_seed(123 + pp_rank, spmd)
+            assert torch.neuron.initial_seed() == 123 + pp_rank
+            weight = dtensor.ones(2 * spmd.size(), 2, device_mesh=spmd, placements=[Shard(0)])
+            torch.nn.init.normal_(weight)
+            local = weight.to_local()
+            gathered = [torch.empty_like(local) for _ in range(world)]
+            dist.all_gather(gathered, local)
+            assert all(not torch.equal(g.cpu(), local.cpu()) for i, g in enumerate(gathered) if i != rank)
+
+        check("pipeline stage seeds", pipeline_stage_seeds)
+
+        def fsdp_and_tp_from_meta():  # FSDP2 over TP, initialised from meta: distinct shards, reproducible
+            from torch.distributed.fsdp import fully_shard
+            from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+            mesh = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
+
+            def made():
+                with torch.device("meta"):
+                    model = torch.nn.Linear(8, 16, bias=False)
+                parallelize_module(model, mesh["tp"], ColwiseParallel())
+                fully_shard(model, mesh=mesh["dp"])
+                model.to_empty(device="neuron")
+                torch.manual_seed(SEED)
+                model.reset_parameters()
+                return model.weight.to_local().cpu()
+            first, again = made(), made()
+            assert torch.equal(first, again)
+            gathered = [torch.empty_like(first).to("neuron") for _ in range(world)]
+            dist.all_gather(gathered, first.to("neuron"))
+            assert all(not torch.equal(g.cpu(), first) for i, g in enumerate(gathered) if i != rank)
+
+        check("fsdp and tp from meta", fsdp_and_tp_from_meta)
 
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as report:
         json.dump(checks, report)

@@ -10,57 +10,59 @@ module loads (torch_patches.run_after_load), so importing torch_neuronx loads no
 import torch
 from torch._dynamo.device_interface import DeviceInterface, register_interface_for_device
 
+from .. import neuron as _neuron  # torch.neuron (this may run before torch registers it)
+
 
 class NeuronInterface(DeviceInterface):
     # The objects themselves, not wrappers: Dynamo recognises them by identity.
-    device = torch.neuron.device
-    Event = torch.neuron.Event
-    Stream = torch.neuron.Stream
-    current_stream = staticmethod(torch.neuron.current_stream)
-    stream = staticmethod(torch.neuron.stream)
+    device = _neuron.device
+    Event = _neuron.Event
+    Stream = _neuron.Stream
+    current_stream = staticmethod(_neuron.current_stream)
+    stream = staticmethod(_neuron.stream)
 
     class Worker:
         """What Inductor's compile workers ask, answered without starting the device."""
 
         @staticmethod
         def set_device(device):
-            torch.neuron.set_device(device)
+            _neuron.set_device(device)
 
         @staticmethod
         def current_device():
-            return torch.neuron.current_device()
+            return _neuron.current_device()
 
         @staticmethod
         def get_device_properties(device=None):
-            return torch.neuron.get_device_properties(device)
+            return _neuron.get_device_properties(device)
 
     @staticmethod
     def current_device():
-        return torch.neuron.current_device()
+        return _neuron.current_device()
 
     @staticmethod
     def set_device(device):
-        torch.neuron.set_device(device)
+        _neuron.set_device(device)
 
     @staticmethod
     def maybe_exchange_device(device):
-        return torch.neuron._exchange_device(device)
+        return _neuron._exchange_device(device)
 
     @staticmethod
     def exchange_device(device):
-        return torch.neuron._exchange_device(device)
+        return _neuron._exchange_device(device)
 
     @staticmethod
     def device_count():
-        return torch.neuron.device_count()
+        return _neuron.device_count()
 
     @staticmethod
     def is_available():
-        return torch.neuron.is_available()
+        return _neuron.is_available()
 
     @staticmethod
     def set_stream(stream):
-        torch.neuron.set_stream(stream)
+        _neuron.set_stream(stream)
 
     @staticmethod
     def _set_stream_by_id(stream_id, device_index, device_type):
@@ -70,24 +72,24 @@ class NeuronInterface(DeviceInterface):
     @staticmethod
     def get_raw_stream(device_idx):
         """The current stream's id on core `device_idx` (what a kernel launch would be given)."""
-        return torch.neuron.current_stream(device_idx).stream_id
+        return _neuron.current_stream(device_idx).stream_id
 
     @staticmethod
     def synchronize(device=None):
-        torch.neuron.synchronize(device)
+        _neuron.synchronize(device)
 
     @classmethod
     def get_device_properties(cls, device=None):
-        return torch.neuron.get_device_properties(device)
+        return _neuron.get_device_properties(device)
 
     @staticmethod
     def get_compute_capability(device=None):
         """The platform ("trn1", "trn2", "trn3"): a NeuronCore has no CUDA compute capability."""
-        return torch.neuron.get_device_properties(device).platform
+        return _neuron.get_device_properties(device).platform
 
     @staticmethod
     def is_bf16_supported(including_emulation=False):
-        return torch.neuron.is_bf16_supported(including_emulation)
+        return _neuron.is_bf16_supported(including_emulation)
 
     @classmethod
     def is_dtype_supported(cls, dtype, including_emulation=False):
@@ -96,7 +98,7 @@ class NeuronInterface(DeviceInterface):
 
     @staticmethod
     def memory_allocated(device=None):
-        return torch.neuron.memory_allocated(device)
+        return _neuron.memory_allocated(device)
 
     @staticmethod
     def is_triton_capable(device=None):
@@ -105,5 +107,5 @@ class NeuronInterface(DeviceInterface):
 
 def register():
     register_interface_for_device("neuron", NeuronInterface)
-    for index in range(torch.neuron.device_count()):
+    for index in range(_neuron.device_count()):
         register_interface_for_device(f"neuron:{index}", NeuronInterface)
