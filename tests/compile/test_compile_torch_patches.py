@@ -19,15 +19,20 @@ REGISTRY_SCRIPT = r"""
 import sys
 import torch
 from torch_neuron_sim.compile import torch_patches
-hooked = [f for f in sys.meta_path if isinstance(f, torch_patches._RegisterAsDynamoLoads)]
+def hooked_for(name):
+    return [f for f in sys.meta_path if isinstance(f, torch_patches._RunAfterLoad) and f.module_name == name]
+hooked = hooked_for(torch_patches.DYNAMO_REGISTRY)
 assert torch_patches.DYNAMO_REGISTRY not in sys.modules, "import torch loaded Dynamo's backend registry"
 assert len(hooked) == 1, sys.meta_path
 import torch._dynamo.backends.registry as registry
 assert "neuron" in registry._COMPILER_FNS, "the backend was not registered as the registry loaded"
-assert not [f for f in sys.meta_path if isinstance(f, torch_patches._RegisterAsDynamoLoads)]
+assert not hooked_for(torch_patches.DYNAMO_REGISTRY)
 for name in ("register_backend", "lookup_backend", "_COMPILER_FNS"):
     assert hasattr(registry, name), name
 assert registry.lookup_backend("neuron") is registry._COMPILER_FNS["neuron"]
+import torch._dynamo.device_interface as device_interface
+assert not hooked_for("torch._dynamo.device_interface")
+assert device_interface.get_interface_for_device("neuron").__name__ == "NeuronInterface"
 print("ok")
 """
 

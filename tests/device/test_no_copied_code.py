@@ -17,7 +17,7 @@ KEPT_LICENCES = {
     "scripts/prepare_corpus.py": "writes the PSF notice into the licence file it makes beside the corpus",
 }
 FOREIGN_NOTICE = re.compile(r"Copyright \(c\) [0-9-]+,? (Meta|Facebook|Google|NVIDIA|Microsoft|Python Software "
-                            r"Foundation|The HuggingFace|Intel|Advanced Micro Devices)|All rights reserved by",
+                            r"Foundation|The HuggingFace|Intel|Advanced Micro Devices)|All rights " r"reserved by",
                             re.IGNORECASE)
 
 
