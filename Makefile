@@ -41,12 +41,16 @@ conformance: build
 # The README's neuron-migrate summary and docs/neuron-migrate-report.png, made again from a run of
 # the demo workload (tests/migrate/test_migrate_readme.py fails when the README's summary is stale).
 # Chromium renders the report's HTML page; installed here when missing (only docs need it).
+MEASURED_DEVICE ?= $(shell $(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')" 2>/dev/null || echo cpu)
 docs: build
 	@dpkg -s chromium 2>/dev/null | grep -q '^Status: install ok installed' || { \
 	  echo "installing Debian package: chromium"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	$(PY) -m neuron_migrate run demo/migrate/workload.toml --on neuron --baseline cpu \
 	  --out build/neuron-migrate-demo --no-progress || test $$? -eq 3
-	$(PY) scripts/update_docs.py build/neuron-migrate-demo
+	# the measured side of the decision: a GPU where there is one, else the CPU (docs/neuron-migrate.md)
+	$(PY) -m neuron_migrate run demo/migrate/workload.toml --on $(MEASURED_DEVICE) --baseline cpu \
+	  --out build/neuron-migrate-measured --no-progress || test $$? -eq 3
+	$(PY) scripts/update_docs.py build/neuron-migrate-demo build/neuron-migrate-measured
 
 # The device clock's calibration table (docs/device-clock.md) and data/calibration.json, predicted
 # again by the dry run (tests/device/test_calibration.py fails when they are stale).

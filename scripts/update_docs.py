@@ -1,9 +1,11 @@
 """`make docs`: the README's neuron-migrate summary and docs/neuron-migrate-report.png, made again
 from a run of the demo workload (the folder `neuron-migrate run` wrote), so that they show what the
-current code prints. tests/migrate/test_migrate_readme.py fails when the README's summary no longer has the
-shape a fresh run prints (numbers aside).
+current code prints; with a second folder (a run on a measured device), also
+docs/neuron-migrate-compare.svg: `neuron-migrate compare MEASURED NEURON` as the terminal shows it
+(the decision of docs/neuron-migrate.md). tests/migrate/test_migrate_readme.py fails when the
+README's summary no longer has the shape a fresh run prints (numbers aside).
 
-    python scripts/update_docs.py build/neuron-migrate-demo
+    python scripts/update_docs.py build/neuron-migrate-demo [build/neuron-migrate-measured]
 """
 import json
 import os
@@ -16,6 +18,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 PICTURE = os.path.join(ROOT, "docs", "neuron-migrate-report.png")
+COMPARE_PICTURE = os.path.join(ROOT, "docs", "neuron-migrate-compare.svg")
 BEGIN = "<!-- neuron-migrate summary: made by `make docs` (scripts/update_docs.py); do not edit by hand -->"
 END = "<!-- end of the neuron-migrate summary -->"
 
@@ -63,8 +66,20 @@ def render_picture(html_path):
         shutil.copyfile(shot, PICTURE)
 
 
+def render_compare(measured, simulated):
+    """`neuron-migrate compare MEASURED SIMULATED`, recorded by rich as the terminal shows it."""
+    from rich.console import Console
+    from neuron_migrate.compare import compare_command
+    console = Console(record=True, width=150, force_terminal=True)
+    compare_command(os.path.relpath(measured, ROOT), os.path.relpath(simulated, ROOT), console)
+    console.save_svg(COMPARE_PICTURE, title="neuron-migrate compare")
+
+
 def main():
     folder = sys.argv[1]
+    if len(sys.argv) > 2:
+        render_compare(sys.argv[2], folder)
+        print(os.path.relpath(COMPARE_PICTURE, ROOT), "made from", sys.argv[2], "and", folder)
     with open(os.path.join(folder, "report.json")) as handle:
         report = json.load(handle)
     from neuron_migrate.report.terminal import summary_lines

@@ -6,6 +6,8 @@ Contract: on the evaluated device the census only reads tensor metadata, so it a
 of its own to what TorchNeuron tracks; value checks (check_64bit=True) run extra ops and
 belong on the baseline."""
 import collections
+import functools
+import os
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -126,3 +128,96 @@ def fallback_report(census_summary, fallback_names):
         report.append({"op": name, "count": entry["count"] if entry else None,
                        "signatures": list(entry["signatures"])[:3] if entry else [], "census_name": seen_as})
     return report
+
+
+# ---- "Will it run on Trainium?" from a census made on any device ----------------------------
+# Note [Predicted fallbacks]
+# TorchNeuron runs an op on the CPU when the op reaches the device's dispatch key and its base
+# name is not in TorchNeuron 2.13's natively lowered set (data/torchneuron_ops.txt: the same
+# table the simulator classifies by; tests/migrate/test_migrate_census_prediction.py keeps the two
+# files equal). Which census ops reach a device's dispatch key does not depend on the device
+# that made the census: an op whose kernel is CompositeExplicitAutograd (views such as expand,
+# t, select; rsub, lift_fresh) is computed from other ops on every backend, so it never falls
+# back itself; an op with backend kernels (argmax, isin) does. Limit: the census does not see
+# the ops inside such a composite kernel (a dispatch mode sees the outer call only), so a
+# non-native op called only from inside one would be missed; the tests check the prediction
+# against the measured set for two workloads. Attention and a few other ops
+# are chosen per device (CUDA's flash or efficient SDPA, the CPU's flash-for-CPU): they are
+# mapped to the op TorchNeuron chooses (DEVICE_CHOICES) before the lookup. Names are compared
+# by base name: the overload one backend reports (isin.Tensor_Tensor_out through an out= kernel)
+# may differ from the one the census saw.
+OP_TABLE = os.path.join(os.path.dirname(__file__), "data", "torchneuron_ops.txt")
+_SDPA = "_scaled_dot_product_fused_attention_overrideable"
+DEVICE_CHOICES = {
+    "_scaled_dot_product_flash_attention": _SDPA, "_scaled_dot_product_efficient_attention": _SDPA,
+    "_scaled_dot_product_cudnn_attention": _SDPA, "_scaled_dot_product_flash_attention_for_cpu": _SDPA,
+    "_flash_attention_forward": _SDPA, "_efficient_attention_forward": _SDPA,
+    "_scaled_dot_product_flash_attention_backward": _SDPA + "_backward",
+    "_scaled_dot_product_efficient_attention_backward": _SDPA + "_backward",
+    "_scaled_dot_product_cudnn_attention_backward": _SDPA + "_backward",
+    "_scaled_dot_product_flash_attention_for_cpu_backward": _SDPA + "_backward",
+    "_flash_attention_backward": _SDPA + "_backward", "_efficient_attention_backward": _SDPA + "_backward",
+}
+# An op with one of these kernels is computed from other ops on a backend without its own
+# kernel. (CompositeExplicitAutogradNonFunctional is not among them: a structured op's functional
+# form, argmax or isin, whose out= kernel then reaches the backend.)
+_COMPOSITE_KEYS = ("CompositeExplicitAutograd", "CompositeImplicitAutograd")
+
+
+def base_name(op):
+    """"aten::add.Tensor" -> "add"."""
+    return op.split("::")[-1].split(".")[0]
+
+
+@functools.cache
+def torchneuron_op_table():
+    """(names TorchNeuron 2.13 runs on the device, names it pins to the CPU), by base name."""
+    sections, current = {"device": set(), "cpu": set()}, None
+    with open(OP_TABLE, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            line = line.split("#", 1)[0].strip()
+            if line.startswith("["):
+                current = line.strip("[]")
+                if current not in sections:
+                    raise ValueError(f"{OP_TABLE}:{number}: unknown section [{current}]")
+            elif line:
+                sections[current].update(line.split())
+    return frozenset(sections["device"] - sections["cpu"]), frozenset(sections["cpu"])
+
+
+def _reaches_backend(op):
+    """False when the op is computed from other ops on every backend (a composite kernel); True
+    when it has backend kernels, or when torch does not know it (counted, so nothing is hidden)."""
+    namespace, _, rest = op.partition("::")
+    name, _, overload = rest.partition(".")
+    try:
+        handle = getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+    except (AttributeError, RuntimeError):
+        return True
+    return not any(handle.has_kernel_for_dispatch_key(key) for key in _COMPOSITE_KEYS)
+
+
+def predicted_fallbacks(census_summary):
+    """[{op, as_on_neuron, count, reason}] for the census ops TorchNeuron would run on the CPU
+    (Note [Predicted fallbacks]), sorted by op."""
+    native, pinned = torchneuron_op_table()
+    found = []
+    for entry in census_summary["ops"]:
+        op = entry["op"]
+        if op.split("::")[0] != "aten" or not _reaches_backend(op):
+            continue
+        as_on_neuron = DEVICE_CHOICES.get(base_name(op), base_name(op))
+        if as_on_neuron in pinned:
+            reason = "TorchNeuron registers it to run on the CPU"
+        elif as_on_neuron not in native:
+            reason = "not in TorchNeuron 2.13's natively lowered ops: its CPU fallback runs it"
+        else:
+            continue
+        found.append({"op": op, "as_on_neuron": as_on_neuron, "count": entry["count"], "reason": reason})
+    return sorted(found, key=lambda item: item["op"])
+
+
+def same_ops(names_a, names_b):
+    """Whether two lists of op names name the same ops (by base name, Note [Predicted fallbacks])."""
+    return {DEVICE_CHOICES.get(base_name(n), base_name(n)) for n in names_a} == \
+        {DEVICE_CHOICES.get(base_name(n), base_name(n)) for n in names_b}

@@ -1,6 +1,14 @@
 """`neuron-migrate compare A B`: what changed between two runs (versions, environment,
-devices, model files) and which measurements got worse. Runs whose conditions differ
-(model, precision, inputs, shapes, training or compile settings) are not compared."""
+devices, model files) and which figures got worse. Runs whose conditions differ (model,
+precision, inputs, shapes, training or compile settings) are not compared.
+
+Like with like (Note [Deciding figures], figures.py): each run's speed and cost rows are its
+deciding figures, measured on a real device or predicted on the simulated one, each row saying
+which (with the calibration error, which widens the slack of a predicted row). The simulator's host
+time is compared only with another simulator's host time, in its own rows. When one run measured a
+real device (the team's GPU) and the other predicted Trainium, `decision()` adds the decision:
+both at the workload's load, per platform and TP degree, the one-time cost and the months to
+break even."""
 import json
 import math
 
@@ -8,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .report.store import load
+from . import figures
 from .verdict import measured_values
 
 # measurement -> (path in the report, direction: "lower" or "higher" is better, relative slack)
@@ -19,8 +28,6 @@ METRICS = {
     "graphs compiled": (("compiles", "graphs_compiled"), "lower", 0.0),
     "recompiles": (("compiles", "recompiles"), "lower", 0.0),
     "time per training step (s)": (("training", "time_per_step_s"), "lower", 0.10),
-    "cost per 1M tokens": (("cost", "running", "target", "per_million_tokens"), "lower", 0.10),
-    "cost per 1M tokens (predicted)": (("cost", "running", "target", "predicted", "per_million_tokens"), "lower", 0.10),
 }
 TIMING_SLACK = 0.10  # timings may move this much (relative) before they count as a regression
 
@@ -34,34 +41,66 @@ def _get(data, path):
 
 
 def _speed_metrics(report):
+    """{row: (value, better, slack, source)}: the deciding speed and cost figures (figures.py)."""
     found = {}
-    for level in _get(report["sections"], ("speed", "target", "levels")) or []:
-        c = level["concurrency"]
-        found[f"tokens/s at concurrency {c}"] = (level["tokens_per_s"], "higher", TIMING_SLACK)
-        found[f"P95 latency ms at concurrency {c}"] = (level["latency_ms"]["p95"], "lower", TIMING_SLACK)
-        found[f"TTFT P95 ms at concurrency {c}"] = (level["ttft_ms"]["p95"], "lower", TIMING_SLACK)
-        found[f"error rate at concurrency {c}"] = (level["error_rate"], "lower", 0.0)
-        predicted = level.get("predicted")  # reports before the device clock have none
-        if predicted:
-            found[f"tokens/s at concurrency {c} (predicted)"] = (predicted["tokens_per_s"], "higher", TIMING_SLACK)
-            found[f"P95 latency ms at concurrency {c} (predicted)"] = (predicted["latency_ms"]["p95"], "lower",
-                                                                       TIMING_SLACK)
-            found[f"TTFT P95 ms at concurrency {c} (predicted)"] = (predicted["ttft_ms"]["p95"], "lower", TIMING_SLACK)
+    for level in figures.speed_levels(report):
+        c, source = level["concurrency"], level["source"]
+        found[f"tokens/s at concurrency {c}"] = (level["tokens_per_s"], "higher", TIMING_SLACK, source)
+        found[f"P50 latency ms at concurrency {c}"] = (level["latency_ms"].get("p50"), "lower", TIMING_SLACK, source)
+        found[f"P95 latency ms at concurrency {c}"] = (level["latency_ms"].get("p95"), "lower", TIMING_SLACK, source)
+        found[f"TTFT P95 ms at concurrency {c}"] = (level["ttft_ms"].get("p95"), "lower", TIMING_SLACK, source)
+    for level in _get(report["sections"], ("speed", "target", "levels")) or []:  # answered or not: measured
+        found[f"error rate at concurrency {level['concurrency']}"] = (level["error_rate"], "lower", 0.0,
+                                                                      figures.MEASURED)
+    value, source = figures.cost_per_million(report)
+    found["cost per 1M tokens"] = (value, "lower", 0.10, source)
+    step = _get(report["sections"], ("training", "time_per_step_s"))
+    found["time per training step (s)"] = (None if figures.simulated(report) else step, "lower", 0.10,
+                                           figures.MEASURED)
     return found
 
 
-def _metrics(report):
-    found = {name: (_get(report["sections"], path), direction, slack)
+def _host_metrics(report):
+    """The simulator's host-time rows (only ever compared with another simulator's)."""
+    found = {}
+    for level in figures.host_levels(report):
+        c = level["concurrency"]
+        found[f"tokens/s at concurrency {c} ({figures.HOST})"] = (level["tokens_per_s"], "higher", TIMING_SLACK,
+                                                                  figures.HOST)
+        found[f"P95 latency ms at concurrency {c} ({figures.HOST})"] = (level["latency_ms"]["p95"], "lower",
+                                                                        TIMING_SLACK, figures.HOST)
+    step = _get(report["sections"], ("training", "time_per_step_s"))
+    if figures.simulated(report) and step is not None:
+        found[f"time per training step (s) ({figures.HOST})"] = (step, "lower", 0.10, figures.HOST)
+    return found
+
+
+def _metrics(report, host=False):
+    found = {name: (_get(report["sections"], path), direction, slack, figures.MEASURED)
              for name, (path, direction, slack) in METRICS.items()}
     found.update(_speed_metrics(report))
+    if host:
+        found.update(_host_metrics(report))
     census = report["sections"].get("census") or {}
+    fallback_source = census.get("fallback_source", "measured")
     found["ops run on the CPU (fallback)"] = (len(census["fallback_ops"]) if "fallback_ops" in census else None,
-                                              "lower", 0.0)
-    found["64-bit value problems"] = (len(census["wide_values"]) if "wide_values" in census else None, "lower", 0.0)
-    found["CUDA-only lines"] = (len(_get(report["sections"], ("cuda_scan", "findings")) or []), "lower", 0.0)
+                                              "lower", 0.0, fallback_source)
+    found["64-bit value problems"] = (len(census["wide_values"]) if "wide_values" in census else None, "lower", 0.0,
+                                      figures.MEASURED)
+    found["CUDA-only lines"] = (len(_get(report["sections"], ("cuda_scan", "findings")) or []), "lower", 0.0,
+                                figures.MEASURED)
     headroom, _ = measured_values(report)["memory_headroom_min"]
-    found["memory headroom (min over cores)"] = (headroom, "higher", 0.0)
+    found["memory headroom (min over cores)"] = (headroom, "higher", 0.0, figures.MEASURED)
     return found
+
+
+def _kind(device):
+    return str(device or "").split(":")[0]
+
+
+def _op_key(op):
+    from .census import DEVICE_CHOICES, base_name
+    return DEVICE_CHOICES.get(base_name(op), base_name(op))
 
 
 def _is_nan(value):
@@ -97,32 +136,42 @@ def compare(a, b):
     model_changes = [(name, (x or {}).get("sha256"), (y or {}).get("sha256")) for name, x, y in _diff_dicts(model_a, model_b)]
     if conditions or model_changes:
         return {"refused": True, "condition_changes": conditions, "model_file_changes": model_changes}
-    metrics_a, metrics_b = _metrics(a), _metrics(b)
+    both_simulated = figures.simulated(a) and figures.simulated(b)
+    same_device = _kind(a.get("target")) == _kind(b.get("target"))
+    metrics_a, metrics_b = _metrics(a, host=both_simulated), _metrics(b, host=both_simulated)
     prices = _diff_dicts(_prices(a), _prices(b))  # the team's prices: not a measurement
     models = [_get(r["sections"], ("speed", "target", "predicted_label")) for r in (a, b)]
-    cost_model_changed = None not in models and models[0] != models[1]
+    cost_model_changed = both_simulated and None not in models and models[0] != models[1]
+    errors = {"a": figures.calibration_error(a), "b": figures.calibration_error(b)}
     rows = []
     new_in_b = {name: (None, *rest) for name, (_, *rest) in metrics_b.items() if name not in metrics_a}
-    for name, (value_a, direction, slack) in {**metrics_a, **new_in_b}.items():  # B's new measurements too
-        value_b = metrics_b.get(name, (None,))[0]
+    for name, (value_a, direction, slack, source_a) in {**metrics_a, **new_in_b}.items():  # B's new ones too
+        value_b, *_, source_b = metrics_b.get(name, (None, None, None, None))
         if value_a is None and value_b is None:
             continue
+        # a predicted figure is as good as its calibration: the slack widens by its error
+        band = sum(errors[side] or 0 for side, source in (("a", source_a), ("b", source_b))
+                   if source == figures.PREDICTED)
         regression = False
         if _is_nan(value_a) or _is_nan(value_b):  # every comparison with NaN is False
             regression = _is_nan(value_b) and not _is_nan(value_a)
         elif value_a is not None and value_b is not None:
-            margin = abs(value_a) * slack
+            margin = abs(value_a) * (slack + band)
             regression = value_b > value_a + margin if direction == "lower" else value_b < value_a - margin
         elif value_a is not None:
             regression = True  # measured before, not any more
-        row = {"metric": name, "a": value_a, "b": value_b, "better": direction, "regression": regression}
-        if name.startswith("cost") and prices:  # a new price table, not a slower run (tokens/s says that)
+        row = {"metric": name, "a": value_a, "b": value_b, "better": direction, "regression": regression,
+               "source_a": source_a, "source_b": source_b}
+        if band:
+            row["error_band"] = band
+        if name.startswith("cost") and prices and same_device:  # a new price table, not a slower run
             row.update(regression=False, note="prices changed")
-        if name.endswith("(predicted)") and cost_model_changed:  # a new prediction, not a slower run
+        if figures.PREDICTED in (source_a, source_b) and cost_model_changed:  # a new prediction, not a slower run
             row.update(regression=False, note="cost model changed")
         rows.append(row)
-    fallback_a = set(_get(a["sections"], ("census", "fallback_ops")) or [])
-    fallback_b = set(_get(b["sections"], ("census", "fallback_ops")) or [])
+    # by the op TorchNeuron would run (Note [Predicted fallbacks]): the overload reported may differ
+    fallback_a = {_op_key(op): op for op in _get(a["sections"], ("census", "fallback_ops")) or []}
+    fallback_b = {_op_key(op): op for op in _get(b["sections"], ("census", "fallback_ops")) or []}
     return {"refused": False, "conditions_digest": a.get("conditions_digest"),
             "versions": _diff_dicts(_get(a["sections"], ("lock", "versions")) or {},
                                     _get(b["sections"], ("lock", "versions")) or {}),
@@ -131,8 +180,12 @@ def compare(a, b):
             "devices": _diff_dicts({"target": a.get("target"), "baseline": a.get("baseline")},
                                    {"target": b.get("target"), "baseline": b.get("baseline")}),
             "prices": prices, "cost_model": [("predicted_label", *models)] if cost_model_changed else [],
-            "new_fallback_ops": sorted(fallback_b - fallback_a), "gone_fallback_ops": sorted(fallback_a - fallback_b),
-            "metrics": rows, "regressions": [r["metric"] for r in rows if r["regression"]]}
+            "new_fallback_ops": sorted(fallback_b[k] for k in set(fallback_b) - set(fallback_a)),
+            "gone_fallback_ops": sorted(fallback_a[k] for k in set(fallback_a) - set(fallback_b)),
+            "metrics": rows, "regressions": [r["metric"] for r in rows if r["regression"]],
+            "sources": {"a": figures.label(a), "b": figures.label(b)}, "same_device": same_device,
+            "targets": (a.get("target"), b.get("target")),
+            "decision": decision(a, b)}
 
 
 def compare_command(path_a, path_b, console, as_json=False):
@@ -160,14 +213,23 @@ def compare_command(path_a, path_b, console, as_json=False):
                 console.print(f"{title}: {key}: {x} -> {y}")
         for op in result["new_fallback_ops"]:
             console.print(f"[red]new CPU fallback op:[/red] {op}")
+        _print_decision(console, result)
         table = Table(title=f"{path_a} -> {path_b}")
-        for column in ("metric", "A", "B", "better", ""):
+        for column in ("metric", "A", "B", "A is", "B is", "better", ""):
             table.add_column(column)
         for row in result["metrics"]:
-            table.add_row(row["metric"], _fmt(row["a"]), _fmt(row["b"]), row["better"],
-                          "[red]REGRESSION" if row["regression"] else row.get("note", ""))
+            note = "[red]REGRESSION" if row["regression"] else row.get("note", "")
+            if row["regression"] and not result["same_device"]:  # another device: worse, not a regression
+                note = "[red]worse on B"
+            if row.get("error_band"):
+                note = f"{note} (band ±{row['error_band']:.0%})".strip()
+            table.add_row(row["metric"], _fmt(row["a"]), _fmt(row["b"]), row["source_a"] or "", row["source_b"] or "",
+                          row["better"], note)
         console.print(table)
-        console.print(f"{len(result['regressions'])} regression(s)")
+        console.print(f"A: {result['sources']['a']}; B: {result['sources']['b']}")
+        console.print(f"{len(result['regressions'])} regression(s)" if result["same_device"] else
+                      f"{len(result['regressions'])} figure(s) worse on B ({result['targets'][1]}) than on A "
+                      f"({result['targets'][0]})")
     if result["refused"]:
         return 2
     return 1 if result["regressions"] else 0
@@ -175,3 +237,130 @@ def compare_command(path_a, path_b, console, as_json=False):
 
 def _fmt(value):
     return "n/a" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
+
+
+def _break_even(one_time, gpu_cost, trn_cost, tokens_per_month, currency):
+    """{months, saving_per_month, line}: months for the running saving to pay the one-time cost."""
+    if gpu_cost is None or trn_cost is None:
+        missing = "the GPU run's" if gpu_cost is None else "Trainium's predicted"
+        return {"months": None, "line": f"break-even: not known ({missing} cost per 1M tokens is missing; "
+                                        "see the price notes)"}
+    if not tokens_per_month:
+        return {"months": None, "line": "break-even: give the service's volume as [cost] tokens_per_month "
+                                        "(output tokens a month) to count the months"}
+    saving = (gpu_cost - trn_cost) * tokens_per_month / 1e6
+    if saving <= 0:
+        return {"months": None, "saving_per_month": saving,
+                "line": f"break-even: never at this load (Trainium costs {trn_cost - gpu_cost:.4g} {currency} more per "
+                        "1M tokens)"}
+    months = one_time / saving
+    return {"months": months, "saving_per_month": saving,
+            "line": f"break-even: {months:.3g} months ({one_time:.6g} {currency} one-time / {saving:.4g} {currency} "
+                    f"saved a month at {tokens_per_month:.4g} tokens a month)"}
+
+
+def decision(a, b):
+    """The GPU-to-Trainium decision when one run measured a real device and the other predicted
+    Trainium on the simulated one (None otherwise): at the workload's load, the measured figures
+    beside the predicted ones (error band stated), per platform and TP degree from the dry run,
+    the one-time cost apart from the running cost, and the months to break even."""
+    by_source = {figures.source(report): report for report in (a, b)}
+    if set(by_source) != {figures.MEASURED, figures.PREDICTED}:
+        return None
+    gpu, trn = by_source[figures.MEASURED], by_source[figures.PREDICTED]
+    error = figures.calibration_error(trn)
+    conditions = trn.get("conditions") or {}
+    inputs, serve = conditions.get("inputs") or {}, conditions.get("serve") or {}
+    currency = _get(trn["sections"], ("cost", "currency")) or _get(gpu["sections"], ("cost", "currency"))
+    gpu_levels = {level["concurrency"]: level for level in figures.speed_levels(gpu)}
+    trn_levels = {level["concurrency"]: level for level in figures.speed_levels(trn)}
+    levels = []
+    for c in sorted(set(gpu_levels) | set(trn_levels)):
+        pair = {}
+        for side, level in (("measured", gpu_levels.get(c)), ("predicted", trn_levels.get(c))):
+            pair[side] = None if level is None else {
+                "tokens_per_s": level["tokens_per_s"], "p50_ms": level["latency_ms"].get("p50"),
+                "p95_ms": level["latency_ms"].get("p95"), "ttft_p95_ms": level["ttft_ms"].get("p95")}
+        levels.append({"concurrency": c, **pair})
+    gpu_cost, _ = figures.cost_per_million(gpu)
+    trn_cost, _ = figures.cost_per_million(trn)
+    one_time = _get(trn["sections"], ("cost", "one_time")) or {}
+    engineering = one_time.get("engineering") or 0.0
+    tokens_per_month = _get(trn["sections"], ("cost", "tokens_per_month")) or \
+        _get(gpu["sections"], ("cost", "tokens_per_month"))
+    prediction = trn["sections"].get("prediction") or {}
+    platforms = []
+    for row in prediction.get("rows") or []:
+        cost = row.get("per_million_output_tokens")
+        platforms.append({"platform": row["platform"], "tp": row["tp"], "lnc": row["lnc"],
+                          "tokens_per_s": row.get("request_tokens_per_s"), "latency_ms": row.get("request_latency_ms"),
+                          "ttft_ms": row.get("ttft_ms"), "per_million_tokens": cost, "price_key": row.get("price_key"),
+                          "break_even": _break_even(engineering, gpu_cost, cost, tokens_per_month, currency)})
+    missing = {**(_get(gpu["sections"], ("cost", "missing_price_notes")) or {})}
+    notes = [f"GPU side: {note}" for note in missing.values()]
+    if trn_cost is None:
+        platform = _get(trn["sections"], ("speed", "target", "platform")) or "trn2"
+        notes.append(f"Trainium side: no predicted cost: add price_per_hour.{platform} (or .neuron) = <price of one "
+                     "instance-hour> to [cost]")
+    return {"measured": {"report_target": gpu.get("target"), "device": _get(gpu["sections"], ("lock", "devices",
+                                                                                                "target")),
+                         "label": figures.label(gpu)},
+            "predicted": {"report_target": trn.get("target"), "label": figures.label(trn),
+                          "platform": _get(trn["sections"], ("speed", "target", "platform")),
+                          "calibration_error": error},
+            "load": {"prompt_lengths": inputs.get("prompt_lengths"), "prompts": len(inputs.get("prompts") or []),
+                     "batch_sizes": inputs.get("batch_sizes"), "max_new_tokens": inputs.get("max_new_tokens"),
+                     "concurrency": serve.get("concurrency"), "requests": serve.get("requests")},
+            "levels": levels, "currency": currency,
+            "cost_per_million": {"measured": gpu_cost, "predicted": trn_cost,
+                                 "predicted_range": None if trn_cost is None or error is None or error >= 1 else
+                                 [trn_cost / (1 + error), trn_cost / (1 - error)]},
+            "platforms": platforms, "platforms_label": prediction.get("label"),
+            "one_time": {"engineering": engineering, "engineering_hours": one_time.get("engineering_hours")},
+            "tokens_per_month": tokens_per_month,
+            "break_even": _break_even(engineering, gpu_cost, trn_cost, tokens_per_month, currency), "notes": notes}
+
+
+def _print_decision(console, result):
+    d = result["decision"]
+    if not d:
+        return
+    band = "unknown" if d["predicted"]["calibration_error"] is None else f"±{d['predicted']['calibration_error']:.0%}"
+    load = d["load"]
+    console.print(f"[bold]Decision[/bold]: {d['measured']['report_target']} measured ({d['measured']['device']}) "
+                  f"against Trainium {d['predicted']['platform']} predicted ({d['predicted']['label']})")
+    console.print(f"  at the workload's load: prompt lengths {load['prompt_lengths']}"
+                  + (f" and {load['prompts']} text prompt(s)" if load["prompts"] else "")
+                  + f", batch sizes {load['batch_sizes']}, {load['max_new_tokens']} new tokens, "
+                    f"concurrency {load['concurrency']} ({load['requests']} requests each)")
+    table = Table(title=f"{_kind(d['measured']['report_target'])} measured vs Trainium predicted (error band {band})")
+    for column in ("concurrency", "tokens/s measured", "tokens/s predicted", "P50 ms measured", "P50 ms predicted",
+                   "P95 ms measured", "P95 ms predicted", "TTFT P95 ms measured", "TTFT P95 ms predicted"):
+        table.add_column(column)
+    for level in d["levels"]:
+        m, p = level["measured"] or {}, level["predicted"] or {}
+        table.add_row(str(level["concurrency"]), *(_fmt(side.get(key)) for key in
+                                                   ("tokens_per_s", "p50_ms", "p95_ms", "ttft_p95_ms")
+                                                   for side in (m, p)))
+    console.print(table)
+    cost = d["cost_per_million"]
+    spread = cost["predicted_range"]
+    console.print(f"  running cost per 1M tokens: {_fmt(cost['measured'])} {d['currency']} measured, "
+                  f"{_fmt(cost['predicted'])} {d['currency']} predicted"
+                  + (f" ({_fmt(spread[0])} to {_fmt(spread[1])} within the error band)" if spread else ""))
+    if d["platforms"]:
+        table = Table(title=f"Trainium per platform and TP degree, one request at batch 1 ({d['platforms_label']})")
+        for column in ("platform", "TP", "LNC", "tokens/s", "latency ms", "TTFT ms", f"{d['currency']} per 1M tokens",
+                       "break-even"):
+            table.add_column(column)
+        for row in d["platforms"]:
+            months = row["break_even"]["months"]
+            table.add_row(row["platform"], str(row["tp"]), str(row["lnc"]), _fmt(row["tokens_per_s"]),
+                          _fmt(row["latency_ms"]), _fmt(row["ttft_ms"]), _fmt(row["per_million_tokens"]),
+                          "n/a" if months is None else f"{months:.3g} months")
+        console.print(table)
+    console.print(f"  one-time cost: {_fmt(d['one_time']['engineering'])} {d['currency']} "
+                  f"({_fmt(d['one_time']['engineering_hours'])} engineering hours), apart from the running cost")
+    console.print(f"  {d['break_even']['line']}")
+    for note in d["notes"]:
+        console.print(f"  [yellow]{escape(note)}[/yellow]")

@@ -70,17 +70,39 @@ def backend_available(name):
         return None, f"{type(error).__name__}: {error}"
 
 
-def measure(loaded, device, requests, backend_name, training=False):
+def _with_mode(inner, backend_name, mode):
+    """The backend called as torch.compile(mode=...) would call it: Inductor with the mode's
+    options, TorchNeuron's backend with mode=; None when the backend takes no mode."""
+    if not mode:
+        return inner, None
+    if backend_name == "inductor":
+        import torch._inductor
+        options = torch._inductor.list_mode_options(mode)
+        return (lambda gm, example_inputs, **kwargs: inner(gm, example_inputs, config_patches=options)), None
+    import inspect
+    try:
+        takes_mode = "mode" in inspect.signature(inner).parameters
+    except (TypeError, ValueError):
+        takes_mode = False
+    if not takes_mode:
+        return None, f"backend {backend_name!r} takes no mode (compile.mode = {mode!r})"
+    return (lambda gm, example_inputs, **kwargs: inner(gm, example_inputs, mode=mode)), None
+
+
+def measure(loaded, device, requests, backend_name, training=False, mode=None):
     """The compile section (a finding instead of numbers when the backend is missing). With
     `training`, each call is a training step's forward and backward (forward and backward
-    graphs), else an inference forward."""
+    graphs), else an inference forward. `mode` is torch.compile's mode for the backend."""
     inner, problem = backend_available(backend_name)
+    if inner is not None:
+        inner, problem = _with_mode(inner, backend_name, mode)
     shapes = [tuple(r.input_ids.shape) for r in requests]
     plan = buckets.plans(shapes)
     if inner is None:
-        return {"backend": backend_name, "available": False, "problem": problem,
+        return {"backend": backend_name, "mode": mode, "available": False, "problem": problem,
                 "finding": f"torch.compile backend {backend_name!r} is not available here; "
-                           "graph counts and compile times were not measured",
+                           "graph counts and compile times were not measured (set [compile] backend per device, "
+                           "e.g. backend = { cuda = \"inductor\", neuron = \"neuron\" })",
                 "buckets": plan}
     from torch._dynamo.utils import counters
     graphs = []
@@ -138,7 +160,7 @@ def measure(loaded, device, requests, backend_name, training=False):
     cold = [g for g in graphs if g["pass"] == "cold"]
     reasons = handler.messages
     result = {
-        "backend": backend_name, "available": True, "dynamic": False,
+        "backend": backend_name, "mode": mode, "available": True, "dynamic": False,
         "compiled": "training step (forward and backward)" if training else "inference forward",
         "graphs_compiled": len(cold), "recompiles": sum(1 for m in reasons if m["pass"] == "cold"),
         "graphs_all_passes": len(graphs), "graph_breaks": sum(counters["graph_break"].values()),

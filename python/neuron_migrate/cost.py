@@ -1,8 +1,9 @@
-"""What does it cost? Running cost from measured throughput and the team's prices (the
-workload's cost.price_per_hour, by device kind; nothing is built in), and one-time costs
-(compile warm-up, engineering hours) kept apart. On the simulated device, also the cost from the
-predicted Trainium throughput (the device clock), priced as `predict` prices a TP group
-(Note [Predicted cost] in predict.py; the run uses one logical core: TP 1)."""
+"""What does it cost? Running cost from each device's deciding throughput and the team's prices
+(the workload's cost.price_per_hour, by device kind or Trainium platform; nothing is built in), and
+one-time costs (compile warm-up, engineering hours) kept apart. On the simulated device the cost is
+from the predicted Trainium throughput (the device clock), priced as `predict` prices a TP group
+(Note [Predicted cost] in predict.py; the run uses one logical core: TP 1); its host throughput
+is never priced (Note [Deciding figures], figures.py)."""
 from . import platforms as hw
 from .predict import cost_assumption, per_million_tokens, price_for
 
@@ -24,24 +25,47 @@ def _predicted(prices, speed):
             f"no price: the workload gives no price_per_hour.{platform} (or .neuron)"}
 
 
+def _device_price(workload, kind):
+    """(price of one device-hour, how it was taken) for a measured device kind, or (None, why)."""
+    prices, instances = workload.cost.price_per_hour, workload.cost.instances
+    if prices.get(kind) is None:
+        return None, (f"no price for {kind}: add price_per_hour.{kind} = <price of one instance-hour> (or "
+                      f"{{ per_hour = ..., instance = \"...\", devices = N }}) to [cost]")
+    table = instances.get(kind)
+    if table:
+        return table["per_hour"] / table["devices"], (f"price_per_hour.{kind}: one {table['instance']} instance-hour "
+                                                      f"({table['per_hour']:g}) / its {table['devices']} device(s): "
+                                                      "the run measured one")
+    return prices[kind], f"price_per_hour.{kind} as the price of one device-hour (an instance with one device)"
+
+
 def estimate(workload, device_kinds, speed, training, compiles, simulated):
-    prices = workload.cost.price_per_hour
-    running, missing = {}, []
+    """Running cost per role from its deciding throughput (Note [Deciding figures]): measured on a
+    real device; predicted on the simulated one, whose host throughput is never priced."""
+    running, missing, assumptions = {}, [], {}
     for role, kind in device_kinds.items():
-        price = prices.get(kind)
-        if price is None:
+        host_only = simulated and role == "target"
+        price, how = (None, None) if host_only else _device_price(workload, kind)
+        if price is None and not host_only:
             missing.append(kind)
-        if price is None and not ((speed or {}).get(role) or {}).get("predicted_label"):
+            assumptions[role] = how
+        role_speed = (speed or {}).get(role) or {}
+        if price is None and not role_speed.get("predicted_label"):
             continue
-        entry = {"device": kind, "price_per_hour": price}
-        levels = (speed or {}).get(role, {}).get("levels") or []
-        if levels and price is not None:
+        entry = {"device": kind, "price_per_hour": price, "figures": "predicted" if host_only else "measured"}
+        levels = role_speed.get("levels") or []
+        if host_only and levels:
+            best = max(levels, key=lambda level: level["tokens_per_s"])
+            entry["host"] = {"tokens_per_s": best["tokens_per_s"], "at_concurrency": best["concurrency"],
+                             "label": "simulator host time: not priced"}
+        elif levels and price is not None:
             best = max(levels, key=lambda level: level["tokens_per_s"])
             if best["tokens_per_s"] > 0:
                 entry["tokens_per_s"] = best["tokens_per_s"]
                 entry["at_concurrency"] = best["concurrency"]
                 entry["per_million_tokens"] = price / 3600 / best["tokens_per_s"] * 1e6
-        predicted = _predicted(prices, (speed or {}).get(role) or {})
+                entry["assumption"] = how
+        predicted = _predicted(workload.cost.price_per_hour, role_speed)
         if predicted:
             entry["predicted"] = predicted
         step = (training or {}).get(role, {}).get("time_per_step_s")
@@ -53,10 +77,11 @@ def estimate(workload, device_kinds, speed, training, compiles, simulated):
     one_time = {"engineering": workload.cost.engineering_hours * workload.cost.engineering_rate_per_hour,
                 "engineering_hours": workload.cost.engineering_hours}
     warmup = (compiles or {}).get("warmup_cold_s")
-    target_price = prices.get(device_kinds.get("target"))
-    if warmup is not None and target_price is not None:
+    target_price = None if simulated else _device_price(workload, device_kinds.get("target"))[0]
+    if warmup is not None and target_price is not None:  # host compile time on the simulator: not priced
         one_time["compile_warmup"] = warmup / 3600 * target_price
-    note = ("from host throughput of the simulated Neuron device: not a Trainium cost prediction"
-            if simulated else "from measured throughput")
+    note = ("the target's cost is from its predicted Trainium throughput (the device clock); the simulator's "
+            "host throughput is not priced" if simulated else "from measured throughput")
     return {"currency": workload.cost.currency, "running": running, "one_time": one_time,
-            "prices_missing_for": missing, "note": note}
+            "prices_missing_for": missing, "missing_price_notes": assumptions, "note": note,
+            "tokens_per_month": workload.cost.tokens_per_month}

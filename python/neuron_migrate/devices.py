@@ -1,6 +1,8 @@
-"""What the tool asks of a device, through public APIs only: torch.neuron / torch.cuda and
-torch_neuronx's public functions (called defensively, so a real TorchNeuron, a GPU or the
-CPU all work). Never imports torch_neuron_sim."""
+"""What the tool asks of a device, through public APIs only: torch.<kind> (cuda, xpu, mps,
+neuron) and torch_neuronx's public functions, called defensively, so a real TorchNeuron, a GPU,
+an Intel or Apple GPU or the CPU all work: a device module is initialised before its first call
+(module()), and a function it lacks leaves that figure unmeasured with the reason kept
+(limits()), never a crash. Never imports torch_neuron_sim."""
 import importlib
 import os
 
@@ -11,23 +13,75 @@ class DeviceUnavailable(RuntimeError):
     pass
 
 
+KINDS = ("cuda", "xpu", "mps", "cpu", "neuron")  # what the tool measures on (any other with a torch.<kind> module too)
+_LIMITS = {}  # (kind, function) -> why a figure was not measured, for the report (limits())
+
+
+def module(kind):
+    """torch.<kind> ready for use: initialised first where the module initialises lazily.
+
+    torch.cuda (and torch.xpu) answer device_count() and is_available() before their first call
+    but raise from others (reset_peak_memory_stats(0): "Invalid device argument") until CUDA is
+    initialised; init() does that once (a no-op afterwards), as the first tensor would."""
+    found = getattr(torch, kind, None)
+    if found is None:
+        raise DeviceUnavailable(f"torch has no module torch.{kind}: {kind!r} is not a device kind this torch knows")
+    init = getattr(found, "init", None)
+    if callable(init) and not _call_flag(found, "is_initialized"):
+        init()
+    return found
+
+
+def _call_flag(found, name):
+    function = getattr(found, name, None)
+    return bool(function()) if callable(function) else False
+
+
+def _function(kind, name, measured):
+    """torch.<kind>.<name>, or None with the reason kept (limits()): `measured` is what it would
+    have measured."""
+    function = getattr(module(kind), name, None)
+    if not callable(function):
+        _LIMITS[(kind, name)] = (f"torch.{kind} has no {name}(): {measured} not measured on {kind}")
+        return None
+    return function
+
+
+def limits():
+    """[{device, function, reason}] for every figure a device module could not give this run."""
+    return [{"device": kind, "function": name, "reason": reason} for (kind, name), reason in sorted(_LIMITS.items())]
+
+
+def _count(kind):
+    counter = getattr(module(kind), "device_count", None)
+    return counter() if callable(counter) else 1  # torch.mps before device_count(): one device
+
+
 def check(device):
-    """Raises DeviceUnavailable unless `device` ("neuron", "cuda", "cpu", "neuron:1") can be used."""
+    """Raises DeviceUnavailable unless `device` ("neuron", "cuda", "xpu", "mps", "cpu", "neuron:1")
+    can be used."""
     try:
         parsed = torch.device(device)
     except RuntimeError:
-        raise DeviceUnavailable(f"device {device!r} is not a device name (expected neuron, cuda or cpu, "
+        raise DeviceUnavailable(f"device {device!r} is not a device name (expected one of {', '.join(KINDS)}, "
                                 "optionally with :index)") from None
     if parsed.type == "cpu":
         return
     if parsed.type == "neuron":
         neuronx()
-    module = getattr(torch, parsed.type, None)
-    if module is None or not module.is_available():
-        raise DeviceUnavailable(f"device {device!r} is not available on this machine")
-    if parsed.index is not None and parsed.index >= module.device_count():
-        raise DeviceUnavailable(f"device {device!r} is not available: {module.device_count()} {parsed.type} "
-                                f"core(s) visible (0..{module.device_count() - 1})")
+    found = getattr(torch, parsed.type, None)
+    available = getattr(found, "is_available", None)
+    if found is None or not callable(available) or not available():
+        raise DeviceUnavailable(f"device {device!r} is not available on this machine (torch.{parsed.type}"
+                                f"{' is missing' if found is None else '.is_available() is False'})")
+    try:
+        module(parsed.type)
+    except RuntimeError as error:  # initialising failed: a driver or a forked process
+        raise DeviceUnavailable(f"device {device!r} did not initialise: {error}") from None
+    count = _count(parsed.type)
+    if parsed.index is not None and parsed.index >= count:
+        raise DeviceUnavailable(f"device {device!r} is not available: {count} {parsed.type} "
+                                f"device(s) visible (0..{count - 1})")
 
 
 def neuronx():
@@ -84,14 +138,16 @@ def platform(device):
     ((None, None) when they do not)."""
     if torch.device(device).type != "neuron":
         return None, None
-    properties = torch.neuron.get_device_properties(torch.device(device).index or 0)
+    properties = module("neuron").get_device_properties(torch.device(device).index or 0)
     return getattr(properties, "platform", None), getattr(properties, "logical_nc_config", None)
 
 
 def synchronize(device):
     kind = torch.device(device).type
     if kind != "cpu":
-        getattr(torch, kind).synchronize()
+        function = _function(kind, "synchronize", "the end of device work")
+        if function is not None:
+            function()
 
 
 def rng_state(device):
@@ -100,44 +156,63 @@ def rng_state(device):
     kind = torch.device(device).type
     state = {"cpu": torch.get_rng_state()}
     if kind != "cpu":
-        state["device"] = getattr(torch, kind).get_rng_state(device)
+        read = _function(kind, "get_rng_state", "the device generator's state (a resumed run may draw other masks)")
+        if read is not None:
+            state["device"] = read(device)
     return state
 
 
 def set_rng_state(device, state):
     torch.set_rng_state(state["cpu"].cpu())  # a checkpoint may have been loaded onto the device
     if "device" in state:
-        getattr(torch, torch.device(device).type).set_rng_state(state["device"].cpu(), device)
+        kind = torch.device(device).type
+        write = _function(kind, "set_rng_state", "the device generator's state")
+        if write is not None:
+            write(state["device"].cpu(), device)
 
 
-def _memory_module(device):
+def _memory_kind(device):
     kind = torch.device(device).type
-    return None if kind == "cpu" else getattr(torch, kind)
+    return None if kind == "cpu" else kind
 
 
 def reset_peak(device):
-    module = _memory_module(device)
-    if module is not None:
-        for index in range(module.device_count()):
-            module.reset_peak_memory_stats(index)
+    kind = _memory_kind(device)
+    if kind is not None:
+        reset = _function(kind, "reset_peak_memory_stats", "peak memory since the run began")
+        if reset is not None:
+            for index in range(_count(kind)):
+                reset(index)
 
 
 def memory_allocated(device):
-    module = _memory_module(device)
-    return None if module is None else module.memory_allocated(torch.device(device).index or 0)
+    kind = _memory_kind(device)
+    if kind is None:
+        return None
+    for name in ("memory_allocated", "current_allocated_memory"):  # torch.mps has the second
+        function = getattr(module(kind), name, None)
+        if callable(function):
+            return function(torch.device(device).index or 0) if name == "memory_allocated" else function()
+    _LIMITS[(kind, "memory_allocated")] = f"torch.{kind} has no memory_allocated(): the memory timeline not measured"
+    return None
 
 
 def peak_per_core(device):
-    """[{core, peak_bytes, total_bytes}] for every visible core that was used; [] on the CPU."""
-    module = _memory_module(device)
-    if module is None:
+    """[{core, peak_bytes, total_bytes}] for every visible core that was used; [] on the CPU or
+    where the device module has no peak (the reason is in limits())."""
+    kind = _memory_kind(device)
+    if kind is None:
         return []
+    peak = _function(kind, "max_memory_allocated", "peak memory per device")
+    if peak is None:
+        return []
+    properties = getattr(module(kind), "get_device_properties", None)
     cores = []
-    for index in range(module.device_count()):
-        peak = module.max_memory_allocated(index)
-        if peak:
-            total = getattr(module.get_device_properties(index), "total_memory", 0) or None
-            cores.append({"core": index, "peak_bytes": peak, "total_bytes": total})
+    for index in range(_count(kind)):
+        used = peak(index)
+        if used:
+            total = getattr(properties(index), "total_memory", 0) or None if callable(properties) else None
+            cores.append({"core": index, "peak_bytes": used, "total_bytes": total})
     return cores
 
 
@@ -146,11 +221,11 @@ def device_name(device):
     if kind == "cpu":
         import platform
         return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-    module = getattr(torch, kind)
-    props = module.get_device_properties(torch.device(device).index or 0)
+    properties = getattr(module(kind), "get_device_properties", None)
+    name = getattr(properties(torch.device(device).index or 0), "name", "?") if callable(properties) else "?"
     # On Neuron `.name` is the instance type ("trn2"); the simulator says so beside it.
     simulated = " (simulated)" if is_simulated(device) else ""
-    return f"{kind}: {getattr(props, 'name', '?')}{simulated}, {module.device_count()} visible cores"
+    return f"{kind}: {name}{simulated}, {_count(kind)} visible device(s)"
 
 
 class OpTracking:
@@ -158,7 +233,8 @@ class OpTracking:
     device (get_executed_ops); empty lists off Neuron."""
 
     def __init__(self, device):
-        self.enabled = torch.device(device).type == "neuron"
+        # a torch_neuronx without the tracking functions leaves the fallbacks predicted (census.py)
+        self.enabled = torch.device(device).type == "neuron" and callable(getattr(neuronx(), "get_fallback_ops", None))
 
     def clear(self):
         if self.enabled:

@@ -24,7 +24,7 @@ def main(argv):
     batches = training_batches(loaded_cpu, workload)
     at = workload.train.checkpoint_at
     loaded = training.fresh(loaded_cpu, device)
-    optimizer = torch.optim.AdamW(loaded.model.parameters(), lr=workload.train.lr)
+    optimizer = training.adamw(loaded.model.parameters(), workload.train.lr)
     checkpoint = os.path.join(folder, "checkpoint.pt")
     if phase == "first":
         torch.manual_seed(workload.seed)  # as training.run does

@@ -123,12 +123,24 @@ class _Run:
                     results[role] = training.run(self.cpu_model, device, batches, self.workload.train.lr,
                                                  self.workload.seed, loaded=model)
             results[role + "_census"] = mode.summary()
-        fallback = tracking.fallback_ops()
         target_census = results["target_census"]
+        predicted = census.predicted_fallbacks(target_census)
+        predicted_names = [entry["op"] for entry in predicted]
+        # Note [Predicted fallbacks]: measured where TorchNeuron tracks them, predicted elsewhere
+        fallback = tracking.fallback_ops() if tracking.enabled else predicted_names
         self.copies = target_census["copies_bytes"]
         census_section = {
             "device": self.target, "ops": target_census["ops"], "op_calls": target_census["op_calls"],
             "distinct_ops": len(target_census["ops"]), "fallback_ops": fallback,
+            "fallback_source": "measured" if tracking.enabled else "predicted",
+            "fallback_source_note": "torch_neuronx.get_fallback_ops() on the device" if tracking.enabled else
+            f"predicted from the op census on {self.target} and TorchNeuron 2.13's op table (not measured: "
+            "TorchNeuron is not the device here)",
+            "fallback_ops_predicted": predicted_names, "fallback_prediction": predicted,
+            # what a run on the baseline's device (a GPU box, the CPU) predicts: checked against the measured set
+            "fallback_ops_predicted_on_baseline": [entry["op"] for entry in
+                                                   census.predicted_fallbacks(results["baseline_census"])],
+            "fallback_prediction_agrees": census.same_ops(predicted_names, fallback) if tracking.enabled else None,
             "fallback_detail": census.fallback_report(target_census, fallback),
             "executed_ops": tracking.executed_ops(), "fallback_tracking": tracking.enabled,
             "wide_values": results["baseline_census"]["wide_values"],
@@ -149,13 +161,16 @@ class _Run:
     def compiles(self):
         if not self.workload.compile.enabled:
             return {"skipped": "compile.enabled = false in the workload"}
+        kind = torch.device(self.target).type  # the workload's backend for this device ([compile] backend)
         if self.workload.task == "train":
             model = training.fresh(self.cpu_model, self.target)
             batch = loading.training_batches(self.cpu_model, self.workload)[0]
             shapes = [loading.Request(batch, f"b{batch.shape[0]}xL{batch.shape[1]}")]
-            result = compiles.measure(model, self.target, shapes, self.workload.compile.backend, training=True)
+            result = compiles.measure(model, self.target, shapes, self.workload.compile.backend_for(kind),
+                                      training=True, mode=self.workload.compile.mode_for(kind))
         else:
-            result = compiles.measure(self.target_model, self.target, self.requests, self.workload.compile.backend)
+            result = compiles.measure(self.target_model, self.target, self.requests,
+                                      self.workload.compile.backend_for(kind), mode=self.workload.compile.mode_for(kind))
         if result.get("finding"):
             self.store.finding("compiles", result["finding"])
         for error in result.get("errors", [])[:3]:
@@ -222,6 +237,7 @@ class _Run:
                 "compile_cache_files": cache_files,
                 "host_device_bytes": self.copies,
                 "between_ranks_bytes": None, "between_ranks_note": "single process: no collectives",
+                "device_limits": devices.limits(),
                 "timeline": list(self.sampler.samples)}
 
 

@@ -27,6 +27,14 @@ def fresh(loaded_cpu, device):
     return LoadedModel(model, loaded_cpu.tokenizer, loaded_cpu.config, loaded_cpu.is_hf)
 
 
+def adamw(parameters, lr):
+    """AdamW as CUDA and TorchNeuron run it by default (foreach: multi-tensor ops), on every device:
+    PyTorch picks the single-tensor form (addcdiv_, addcmul_ per parameter) on the CPU, so the
+    baseline would run other ops; with one form the losses compare devices, not implementations,
+    and a census on any device names the ops the device runs (Note [Predicted fallbacks])."""
+    return torch.optim.AdamW(parameters, lr=lr, foreach=True)
+
+
 def steps(loaded, optimizer, batches, device, record):
     """One optimizer step per batch; appends loss, gradient norm and seconds to `record`."""
     for batch in batches:
@@ -50,7 +58,7 @@ def run(loaded_cpu, device, batches, lr, seed, loaded=None):
     record = new_record()
     try:
         loaded = loaded or fresh(loaded_cpu, device)
-        optimizer = torch.optim.AdamW(loaded.model.parameters(), lr=lr)
+        optimizer = adamw(loaded.model.parameters(), lr)
         torch.manual_seed(seed)  # the CPU's and every device's generator
         steps(loaded, optimizer, batches, device, record)
     except stopping.StopRequested:

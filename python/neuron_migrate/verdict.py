@@ -1,5 +1,8 @@
-"""The stop conditions of the workload file, each decided on the measured value: go,
-no-go, or not measured (a condition that could not be measured is never a go)."""
+"""The stop conditions of the workload file, each decided on the target's own figure: go,
+no-go, or not measured (a condition that could not be measured is never a go). On the
+simulated device the speed and cost gates take the predicted Trainium figures, never the
+simulator's host time (Note [Deciding figures], figures.py)."""
+from . import figures
 
 
 def _get(report, *path):
@@ -18,8 +21,9 @@ def _worst(levels, *path, pick=max):
 
 
 def measured_values(report):
+    """{gate: (value, comparison)}; sources() says which are predicted."""
     sections = report.get("sections", {})
-    levels = _get(sections, "speed", "target", "levels")
+    levels = figures.speed_levels(report)
     cores = _get(sections, "memory", "target_peak_per_core") or []
     headrooms = [1 - c["peak_bytes"] / c["total_bytes"] for c in cores if c.get("total_bytes")]
     fallback = _get(sections, "census", "fallback_ops")
@@ -34,14 +38,27 @@ def measured_values(report):
         "memory_headroom_min": (min(headrooms) if headrooms else None, ">="),
         "compiles_max": (_get(sections, "compiles", "graphs_compiled"), "<="),
         "fallback_ops_max": (len(fallback) if fallback is not None else None, "<="),
-        "cost_per_million_tokens_max": (_get(sections, "cost", "running", "target", "per_million_tokens"), "<="),
-        "cost_per_training_run_max": (_get(sections, "cost", "running", "target", "per_training_run"), "<="),
+        "cost_per_million_tokens_max": (figures.cost_per_million(report)[0], "<="),
+        # a training run's time per step is host time on the simulator: not predicted yet
+        "cost_per_training_run_max": (None if figures.simulated(report) else
+                                      _get(sections, "cost", "running", "target", "per_training_run"), "<="),
     }
+
+
+_TIMED = {"p95_latency_ms", "ttft_p95_ms", "cost_per_million_tokens_max", "cost_per_training_run_max"}
+
+
+def sources(report):
+    """{gate: what its value is}: the timed gates are predicted on the simulated device."""
+    timed = figures.source(report)
+    return {name: (timed if name in _TIMED else figures.MEASURED) for name in measured_values(report)}
 
 
 def decide(gates, report):
     """[{condition, verdict, measured, limit, comparison}] for every gate the workload sets."""
     verdicts = []
+    kinds = sources(report)
+    label = figures.label(report)
     for name, (measured, comparison) in measured_values(report).items():
         limit = getattr(gates, name)
         if limit is None:
@@ -52,6 +69,11 @@ def decide(gates, report):
             verdict = "go" if measured <= limit else "no-go"
         else:
             verdict = "go" if measured >= limit else "no-go"
-        verdicts.append({"condition": name, "verdict": verdict, "measured": measured, "limit": limit,
-                         "comparison": comparison})
+        entry = {"condition": name, "verdict": verdict, "measured": measured, "limit": limit,
+                 "comparison": comparison, "source": kinds[name]}
+        if kinds[name] == figures.PREDICTED:
+            entry["label"] = label
+        if measured is None and name == "cost_per_training_run_max" and figures.simulated(report):
+            entry["note"] = "a training run's time on Trainium is not predicted; the simulator's host time is not gated"
+        verdicts.append(entry)
     return verdicts

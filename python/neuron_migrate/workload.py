@@ -52,10 +52,30 @@ class Train:
     loss_target: float = None
 
 
+# The torch.compile backend a device kind uses when the workload names none for it.
+DEFAULT_BACKENDS = {"neuron": "neuron", "cuda": "inductor", "xpu": "inductor", "cpu": "inductor", "mps": "inductor"}
+
+
 @dataclasses.dataclass
 class Compile:
+    """`backend` is one name for every device, or a table by device kind
+    (backend = { cuda = "inductor", neuron = "neuron" }): one workload file serves the GPU run and
+    the Neuron run. `mode` likewise (torch.compile's mode, e.g. "reduce-overhead" on cuda)."""
     enabled: bool = True
-    backend: str = "neuron"
+    backend: object = None  # str or {device kind: str}; default DEFAULT_BACKENDS
+    mode: object = None  # str or {device kind: str}; default none
+
+    def backend_for(self, kind):
+        return _per_device(self.backend, kind, DEFAULT_BACKENDS.get(kind, "inductor"))
+
+    def mode_for(self, kind):
+        return _per_device(self.mode, kind, None)
+
+
+def _per_device(value, kind, default):
+    if isinstance(value, dict):
+        return value.get(kind, default)
+    return default if value is None else value
 
 
 @dataclasses.dataclass
@@ -82,8 +102,15 @@ class Predict:
 
 @dataclasses.dataclass
 class Cost:
+    """price_per_hour: by device kind (cuda, cpu, xpu, mps) or Trainium platform (trn1, trn2, trn3;
+    `neuron` for any), the price of one instance-hour: a number, or a table
+    { per_hour = 63.3, instance = "p5en.48xlarge", devices = 8 } whose run on one device is charged
+    per_hour / devices (one device's share; on Trainium the share is TP / logical cores per
+    instance, Note [Predicted cost]). `instances` keeps the tables; price_per_hour the numbers."""
     currency: str = "USD"
-    price_per_hour: dict = dataclasses.field(default_factory=dict)  # device kind -> price
+    price_per_hour: dict = dataclasses.field(default_factory=dict)  # device kind -> price of an instance-hour
+    instances: dict = dataclasses.field(default_factory=dict)  # device kind -> {per_hour, instance, devices}
+    tokens_per_month: float = None  # the service's output tokens a month (for the months to break even)
     engineering_hours: float = 0.0
     engineering_rate_per_hour: float = 0.0
     training_run_steps: int = None
@@ -158,7 +185,8 @@ def _check_type(where, value, expected):
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if expected is int and isinstance(value, bool) or not isinstance(value, expected):
-        raise WorkloadError(f"{where}: expected {_TYPE_NAMES[expected]}, got {value!r}")
+        names = " or ".join(_TYPE_NAMES[t] for t in expected) if isinstance(expected, tuple) else _TYPE_NAMES[expected]
+        raise WorkloadError(f"{where}: expected {names}, got {value!r}")
     return value
 
 
@@ -196,6 +224,8 @@ def _section(data, name, cls, element_types=None):
 _FIELD_TYPES = {("model", "revision"): str, ("inputs", "vocab_limit"): int,
                 ("train", "loss_target"): float, ("fit", "max_seq_len"): int,
                 ("cost", "training_run_steps"): int, ("licence", "dataset"): str,
+                ("cost", "tokens_per_month"): float, ("compile", "backend"): (str, dict),
+                ("compile", "mode"): (str, dict),
                 ("predict", "lnc"): int, ("predict", "input_tokens"): int, ("predict", "output_tokens"): int,
                 **{("gates", f.name): (int if f.name in ("compiles_max", "fallback_ops_max") else float)
                    for f in dataclasses.fields(Gates)}}
@@ -286,9 +316,29 @@ def load(path):
         field = {"platform": "platforms"}.get(option, option.replace("-", "_"))
         raise WorkloadError(f"predict.{field}: {message}")
     cost = _section(data, "cost", Cost)
-    for device, price in cost.price_per_hour.items():
-        _check_type(f"cost.price_per_hour.{device}", price, float)
-        _check_range(f"cost.price_per_hour.{device}", price, lambda v: v >= 0, "a price of zero or more")
+    if cost.instances:
+        raise WorkloadError("cost.instances: unknown field (give tables under cost.price_per_hour)")
+    for device, price in list(cost.price_per_hour.items()):
+        where = f"cost.price_per_hour.{device}"
+        if isinstance(price, dict):
+            unknown = set(price) - {"per_hour", "instance", "devices"}
+            if unknown or "per_hour" not in price:
+                raise WorkloadError(f"{where}: expected a number or {{ per_hour = ..., instance = \"...\", "
+                                    f"devices = N }}, got {price!r}")
+            table = {"per_hour": _check_type(f"{where}.per_hour", price["per_hour"], float),
+                     "instance": _check_type(f"{where}.instance", price.get("instance", device), str),
+                     "devices": _check_type(f"{where}.devices", price.get("devices", 1), int)}
+            _positive(f"{where}.devices", table["devices"])
+            cost.instances[device] = table
+            price = table["per_hour"]
+        price = _check_type(where, price, float)
+        _check_range(where, price, lambda v: v >= 0, "a price of zero or more")
+        cost.price_per_hour[device] = price
+    _positive("cost.tokens_per_month", cost.tokens_per_month)
+    for field in ("backend", "mode"):
+        value = getattr(compile_, field)
+        for kind, chosen in (value.items() if isinstance(value, dict) else []):
+            _check_type(f"compile.{field}.{kind}", chosen, str)
     for field in ("engineering_hours", "engineering_rate_per_hour"):
         _check_range(f"cost.{field}", getattr(cost, field), lambda v: v >= 0, "zero or more")
     _positive("cost.training_run_steps", cost.training_run_steps)

@@ -95,3 +95,23 @@ def test_wide_values_an_op_reads_are_found_not_only_those_it_writes():
         ("aten::remainder.Scalar", "input", 63 * 2654435761)]  # the buffer, seen once
     # why it matters: computed in 32 bits on the device the buckets, hence the outputs, differ
     assert not torch.equal(model.to("neuron")(ids.to("neuron")).cpu(), expected)
+
+
+def test_the_op_table_is_the_simulators():
+    """neuron_migrate predicts fallbacks from its own copy of TorchNeuron 2.13's op table (it runs
+    where the simulator is not installed); the copy must be the table the simulator classifies by."""
+    from neuron_migrate.census import OP_TABLE, torchneuron_op_table
+    from torch_neuron_sim import op_set
+    with open(OP_TABLE, "rb") as ours, open(op_set.FILE, "rb") as simulators:
+        assert ours.read() == simulators.read()
+    assert torchneuron_op_table()[0] == op_set.on_device()
+
+
+def test_composite_ops_and_device_choices_are_not_predicted_to_fall_back():
+    from neuron_migrate.census import predicted_fallbacks
+    census = {"ops": [{"op": name, "count": 1} for name in (
+        "aten::expand", "aten::t", "aten::rsub.Scalar", "aten::argmax", "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::linalg_qr", "aten::add.Tensor", "prims::iota")]}
+    found = {entry["op"]: entry for entry in predicted_fallbacks(census)}
+    assert set(found) == {"aten::argmax", "aten::linalg_qr"}
+    assert found["aten::linalg_qr"]["reason"] == "TorchNeuron registers it to run on the CPU"

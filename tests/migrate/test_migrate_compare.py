@@ -58,7 +58,10 @@ def test_regressions_and_changes_are_flagged(baseline_report, capsys):
     assert ("torch-neuronx", a["sections"]["lock"]["versions"]["torch-neuronx"], "2.14.0") in result["versions"]
     assert result["environment"][0][0] == "NEURON_RT_VISIBLE_CORES"
     assert result["new_fallback_ops"] == ["aten::cumprod"]
-    assert set(result["regressions"]) == {"ops run on the CPU (fallback)", "P95 latency ms at concurrency 1"}
+    # the run is on the simulated device: host time is compared with host time, in its own row
+    assert a["target_simulated"]
+    assert set(result["regressions"]) == {"ops run on the CPU (fallback)",
+                                          "P95 latency ms at concurrency 1 (simulator host time)"}
     assert main(["compare", _save(folder, "a2", a), _save(folder, "b", b)]) == 1
     out = capsys.readouterr().out
     assert "new CPU fallback op: aten::cumprod" in out and "REGRESSION" in out
@@ -94,6 +97,7 @@ def test_not_a_report_is_an_error(tmp_path, capsys):
 def test_new_prices_are_a_change_not_a_cost_regression(baseline_report):
     folder, a = baseline_report
     a = copy.deepcopy(a)
+    a["target_simulated"] = False  # as measured on a real device: its measured cost is the deciding one
     a["sections"]["cost"] = {"currency": "USD", "running": {"target": {
         "device": "neuron", "price_per_hour": 1.0, "tokens_per_s": 100.0,
         "per_million_tokens": 1.0 / 3600 / 100 * 1e6}}}

@@ -37,14 +37,15 @@ def _speed(tokens_per_s_by_level, p95):
 def test_cost_uses_best_throughput_and_no_built_in_prices(tmp_path):
     workload = load(write(tmp_path, "w.toml", WORKLOAD))
     result = estimate(workload, {"target": "neuron", "baseline": "cpu"}, _speed({1: 1000.0, 4: 2000.0}, 50),
-                      {"target": {"time_per_step_s": 0.5}}, {"warmup_cold_s": 360.0}, simulated=True)
-    target = result["running"]["target"]
+                      {"target": {"time_per_step_s": 0.5}}, {"warmup_cold_s": 360.0}, simulated=False)
+    target = result["running"]["target"]  # a real Trainium device: measured throughput is priced
     assert target["at_concurrency"] == 4
     assert target["per_million_tokens"] == pytest.approx(7.2 / 3600 / 2000 * 1e6)  # 1.0 EUR
     assert target["per_training_run"] == pytest.approx(0.5 * 3600 / 3600 * 7.2)
     assert result["prices_missing_for"] == ["cpu"] and "baseline" not in result["running"]
     assert result["one_time"] == {"engineering": 300.0, "engineering_hours": 3.0, "compile_warmup": pytest.approx(0.72)}
-    assert result["currency"] == "EUR" and "simulated" in result["note"]
+    assert result["currency"] == "EUR" and "measured" in result["note"]
+    assert "price_per_hour.cpu" in result["missing_price_notes"]["baseline"]  # the key to add is named
 
 
 def test_verdict_go_no_go_and_not_measured(tmp_path):

@@ -77,10 +77,13 @@ def test_each_requests_predicted_time_is_its_device_time_delta(predicted):
     assert 0 < p["mfu"] < 1 and 0 < p["mbu"] < 1  # torch_neuronx.device_counters() over the level
 
 
-def test_cost_from_the_predicted_throughput_beside_the_host_figure(predicted):
+def test_cost_from_the_predicted_throughput_and_the_host_figure_unpriced(predicted):
     _, report, _, _ = predicted
     entry = report["sections"]["cost"]["running"]["target"]
-    assert entry["per_million_tokens"] == pytest.approx(1.0 / 3600 / entry["tokens_per_s"] * 1e6)  # host, as before
+    # the host throughput is kept, labelled, and never priced (Note [Deciding figures])
+    assert "per_million_tokens" not in entry and entry["host"]["label"] == "simulator host time: not priced"
+    assert entry["host"]["tokens_per_s"] == max(level["tokens_per_s"]
+                                                for level in report["sections"]["speed"]["target"]["levels"])
     p = entry["predicted"]
     best = max(level["predicted"]["tokens_per_s"] for level in report["sections"]["speed"]["target"]["levels"])
     assert p["tokens_per_s"] == best and p["price_key"] == "trn2" and p["tp"] == 1
@@ -131,10 +134,14 @@ def test_compare_reports_with_and_without_predictions(predicted, tmp_path, capsy
     forward = compare(old, new)
     assert not forward["refused"] and forward["regressions"] == []
     rows = {r["metric"]: r for r in forward["metrics"]}
-    assert rows["P95 latency ms at concurrency 1 (predicted)"]["a"] is None
-    assert rows["cost per 1M tokens (predicted)"]["b"] > 0
+    # a simulated run's speed and cost rows are its predicted figures (Note [Deciding figures])
+    p95 = rows["P95 latency ms at concurrency 1"]
+    assert p95["a"] is None and p95["b"] > 0 and p95["source_b"] == "predicted"
+    assert rows["cost per 1M tokens"]["b"] > 0
+    assert rows["P95 latency ms at concurrency 1 (simulator host time)"]["a"] > 0  # host beside host only
     backward = compare(new, old)  # predictions measured before, not any more
-    assert backward["regressions"] and all("(predicted)" in name for name in backward["regressions"])
+    predicted_rows = {r["metric"] for r in backward["metrics"] if r["source_a"] == "predicted"}
+    assert backward["regressions"] and set(backward["regressions"]) <= predicted_rows
     os.makedirs(tmp_path / "old")
     (tmp_path / "old" / "report.json").write_text(json.dumps(old))
     assert main(["compare", str(tmp_path / "old"), str(folder)]) == 0
@@ -152,5 +159,5 @@ def test_a_new_cost_model_is_a_change_not_a_regression(predicted):
     assert result["regressions"] == []
     assert result["cost_model"] == [("predicted_label", a["sections"]["speed"]["target"]["predicted_label"],
                                      b["sections"]["speed"]["target"]["predicted_label"])]
-    row = next(r for r in result["metrics"] if r["metric"] == "P95 latency ms at concurrency 1 (predicted)")
+    row = next(r for r in result["metrics"] if r["metric"] == "P95 latency ms at concurrency 1")
     assert row["note"] == "cost model changed"

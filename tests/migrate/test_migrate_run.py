@@ -73,6 +73,17 @@ def test_will_it_run(demo):
     assert {f["kind"] for f in scan["findings"]} >= {".cuda()", "torch.cuda API", "cuda-only compile mode"}
 
 
+def test_fallbacks_predicted_from_a_census_on_another_device_are_the_measured_ones(demo):
+    """Issue 40: "will it run on Trainium?" answered on any device (Note [Predicted fallbacks]):
+    predicted from the CPU baseline's census (what a GPU box's run reports) and from the device's,
+    the same ops as torch_neuronx.get_fallback_ops() measured (argmax, isin: generation's)."""
+    from neuron_migrate.census import same_ops
+    census = demo[1]["sections"]["census"]
+    assert census["fallback_source"] == "measured" and census["fallback_ops"]
+    assert same_ops(census["fallback_ops_predicted_on_baseline"], census["fallback_ops"]), census
+    assert same_ops(census["fallback_ops_predicted"], census["fallback_ops"]) and census["fallback_prediction_agrees"]
+
+
 def test_output_is_right_against_the_baseline(demo):
     quality = demo[1]["sections"]["quality"]
     assert quality["logits_max_abs_error"] <= 0.05
@@ -116,13 +127,24 @@ def test_fit_memory_and_roofline(demo):
     assert {r["platform"] for r in roof["rows"]} == {"trn2", "trn3"} and "not a measurement" in roof["label"]
 
 
-def test_cost_follows_measured_throughput(demo):
+def test_cost_follows_predicted_throughput_on_the_simulator(demo):
+    """Note [Deciding figures]: the simulated target's cost is priced from its best predicted
+    tokens/s (one logical core's share of price_per_hour.neuron); its host throughput is kept,
+    labelled, and not priced."""
     sections = demo[1]["sections"]
     target = sections["cost"]["running"]["target"]
-    best = max(l["tokens_per_s"] for l in sections["speed"]["target"]["levels"])
-    assert target["per_million_tokens"] == pytest.approx(3.6 / 3600 / best * 1e6)
-    assert sections["cost"]["one_time"]["engineering"] == 500
-    assert "not a Trainium cost prediction" in sections["cost"]["note"]
+    levels = sections["speed"]["target"]["levels"]
+    best = max(l["predicted"]["tokens_per_s"] for l in levels)
+    predicted = target["predicted"]
+    assert predicted["tokens_per_s"] == best and predicted["price_key"] == "neuron"
+    cores = predicted["per_million_tokens"] * best * 3600 / 1e6 / 3.6  # the share of the instance-hour
+    assert 0 < cores <= 1
+    assert "per_million_tokens" not in target and target["host"]["tokens_per_s"] == max(l["tokens_per_s"] for l in levels)
+    assert sections["cost"]["one_time"]["engineering"] == 500 and "compile_warmup" not in sections["cost"]["one_time"]
+    assert "host throughput is not priced" in sections["cost"]["note"]
+    verdicts = {v["condition"]: v for v in sections["verdict"]}
+    worst = max(l["predicted"]["latency_ms"]["p95"] for l in levels)
+    assert verdicts["p95_latency_ms"]["measured"] == worst and verdicts["p95_latency_ms"]["source"] == "predicted"
 
 
 def test_lock_record_and_licence(demo):

@@ -71,12 +71,24 @@ def test_step_time_target_and_run_cost(trained):
     sections = trained[1]["sections"]
     training = sections["training"]
     assert training["time_per_step_s"] > 0 and training["time_to_loss_target_s"] == training["target"]["step_seconds"][0]
-    cost = sections["cost"]["running"]["target"]
-    assert cost["per_training_run"] == pytest.approx(training["time_per_step_s"] * 1000 / 3600 * 2.0)
+    # host time per step on the simulated device is never priced (Note [Deciding figures])
+    assert trained[1]["target_simulated"] and "target" not in sections["cost"]["running"]
+    assert "price_per_hour.cpu" in sections["cost"]["missing_price_notes"]["baseline"]
     assert sections["census"]["covers"].startswith("two training steps")
     assert any(o["op"] == "aten::mm" for o in sections["census"]["ops"])
     assert any(op.startswith("aten::_fused_adamw") or op.startswith("aten::_foreach") or op.startswith("aten::addcdiv")
                for op in [o["op"] for o in sections["census"]["ops"]])
+
+
+def test_fallbacks_predicted_from_a_census_on_another_device_are_the_measured_ones(trained):
+    """The second workload of issue 40's check (the demo's is in test_migrate_run.py): a training
+    step's ops (backward, AdamW) predicted from the CPU baseline's census and from the device's
+    census name the ops torch_neuronx.get_fallback_ops() measured."""
+    from neuron_migrate.census import same_ops
+    census = trained[1]["sections"]["census"]
+    assert census["fallback_source"] == "measured"
+    assert same_ops(census["fallback_ops_predicted_on_baseline"], census["fallback_ops"]), census
+    assert same_ops(census["fallback_ops_predicted"], census["fallback_ops"]) and census["fallback_prediction_agrees"]
 
 
 def test_failed_restart_check_keeps_the_loss_curves(tmp_path):

@@ -95,7 +95,7 @@ def test_unavailable_device_exits_2(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("device, message", [
-    ("gpu", "device 'gpu' is not a device name (expected neuron, cuda or cpu, optionally with :index)"),
+    ("gpu", "device 'gpu' is not a device name (expected one of cuda, xpu, mps, cpu, neuron, optionally with :index)"),
     ("neuron:99", "device 'neuron:99' is not available:"),
 ])
 def test_unknown_device_or_core_exits_2(tmp_path, capsys, device, message):

@@ -39,14 +39,22 @@ def _will_it_run(s):
         blocks.append(("p", f"{census.get('op_calls')} op calls of {census.get('distinct_ops')} distinct ATen ops on "
                             f"{census.get('device')} ({census.get('covers')})."))
         fallback = census.get("fallback_detail") or []
-        if census.get("fallback_tracking"):
-            blocks.append(("p", f"**{len(fallback)} op(s) TorchNeuron runs on the CPU** (torch_neuronx.get_fallback_ops(); "
+        source = census.get("fallback_source", "measured" if census.get("fallback_tracking") else None)
+        if source:
+            how = ("measured: torch_neuronx.get_fallback_ops()" if source == "measured" else
+                   census.get("fallback_source_note", "predicted from the op census"))
+            blocks.append(("p", f"**{len(fallback)} op(s) TorchNeuron runs on the CPU** ({how}; "
                                 f"each is a host round trip on Trainium):"))
             if fallback:
                 blocks.append(("table", ["op", "calls", "dtypes and shapes (sample)"],
                                [[f["op"], number(f["count"]), "; ".join(f["signatures"])] for f in fallback]))
+            agrees = census.get("fallback_prediction_agrees")
+            if agrees is not None:
+                blocks.append(("p", "The prediction from the op census (what a run on another device reports) "
+                                    + ("names the same ops." if agrees else
+                                       f"differs: it names {', '.join(census.get('fallback_ops_predicted') or []) or 'none'}.")))
         else:
-            blocks.append(("p", "CPU fallback is tracked only on the neuron device."))
+            blocks.append(("p", "CPU fallback is not known for this report (made before predictions from the census)."))
         wide = census.get("wide_values") or []
         blocks.append(("p", f"**64-bit values that 32-bit computation would not keep** (checked on "
                             f"{census.get('wide_values_checked_on')}, which computes them exactly): {len(wide)}"))
@@ -133,7 +141,9 @@ def _speed(s, report):
     rows = []
     for role in ("target", "baseline"):
         for level in _get(speed, role, "levels", default=[]):
-            rows.append([f"{report.get(role)} ({role})", str(level["concurrency"]), f"{level['tokens_per_s']:.1f}",
+            host = role == "target" and report.get("target_simulated")  # Note [Deciding figures]
+            rows.append([f"{report.get(role)} ({role}{', simulator host time' if host else ', measured'})",
+                         str(level["concurrency"]), f"{level['tokens_per_s']:.1f}",
                          ms(level["latency_ms"]["p50"]), ms(level["latency_ms"]["p95"]), ms(level["latency_ms"]["p99"]),
                          ms(level["ttft_ms"]["p50"]), ms(level["ttft_ms"]["p95"]), f"{level['error_rate']:.0%}"])
     if rows:
@@ -236,7 +246,9 @@ def _cost(s):
     running = c.get("running") or {}
     if running:
         blocks.append(("table", ["role", "device", "price/hour", "tokens/s used", "per 1M tokens", "per training run"],
-                       [[role, e["device"], number(e["price_per_hour"]), number(e.get("tokens_per_s")),
+                       [[role, e["device"], number(e["price_per_hour"]),
+                         number(e.get("tokens_per_s")) if "host" not in e else
+                         f"{number(e['host']['tokens_per_s'])} ({e['host']['label']})",
                          number(e.get("per_million_tokens")), number(e.get("per_training_run"))]
                         for role, e in running.items()]))
     predicted = (running.get("target") or {}).get("predicted")
@@ -251,6 +263,8 @@ def _cost(s):
                             f"{number(one.get('engineering'))} ({number(one.get('engineering_hours'))} h), compile "
                             f"warm-up {number(one.get('compile_warmup'))}. No price given for: "
                             f"{', '.join(c.get('prices_missing_for') or []) or 'none'}."))
+        for role, note in (c.get("missing_price_notes") or {}).items():
+            blocks.append(("p", f"{role}: {note}."))
     return blocks
 
 
@@ -297,7 +311,14 @@ def _verdict(s):
     blocks = [("h2", "Verdict")]
     if not verdicts:
         return blocks + [("p", "The workload sets no stop conditions.")]
-    blocks.append(("table", ["condition", "verdict", "measured", "limit"],
-                   [[v["condition"], v["verdict"].upper(), number(v["measured"]), f"{v['comparison']} {number(v['limit'])}"]
-                    for v in verdicts]))
+    blocks.append(("table", ["condition", "verdict", "value", "is", "limit"],
+                   [[v["condition"], v["verdict"].upper(), number(v["measured"]), v.get("source", "measured"),
+                     f"{v['comparison']} {number(v['limit'])}"] for v in verdicts]))
+    labels = sorted({v["label"] for v in verdicts if v.get("label")})
+    if labels:
+        blocks.append(("p", "Predicted values are Trainium's from the device clock (" + "; ".join(labels) +
+                            "); the simulator's host time decides no gate."))
+    for v in verdicts:
+        if v.get("note"):
+            blocks.append(("p", f"{v['condition']}: {v['note']}."))
     return blocks

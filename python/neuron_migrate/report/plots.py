@@ -23,39 +23,55 @@ def _roles(report):
     return {"target": report.get("target"), "baseline": report.get("baseline")}
 
 
+def _levels(report, role):
+    """The role's deciding levels (Note [Deciding figures]): predicted for a simulated target."""
+    from ..figures import speed_levels
+    return speed_levels(report, role)
+
+
+def _series_label(report, role, levels):
+    source = levels[0]["source"] if levels else "measured"
+    return f"{_roles(report)[role]} ({role}, {source})"
+
+
+def _title(report, what):
+    from ..figures import PREDICTED, source
+    if source(report) == PREDICTED:
+        return f"{what}: target predicted, baseline measured"
+    return f"{what} (measured)"
+
+
 def latency_distribution(report):
-    speed = report["sections"].get("speed") or {}
-    series = [(role, level) for role in ("target", "baseline") for level in (speed.get(role) or {}).get("levels", [])
-              if level["latencies_ms"]]
+    series = [(role, level, _levels(report, role)) for role in ("target", "baseline")
+              for level in _levels(report, role) if level["latencies_ms"]]
     if not series:
         return None
     figure, axes = plt.subplots(figsize=(6, 3.2))
-    for role, level in series:
+    for role, level, levels in series:
         axes.hist(level["latencies_ms"], bins=20, alpha=0.55, color=COLOURS[role],
-                  label=f"{_roles(report)[role]} ({role}), concurrency {level['concurrency']}",
+                  label=f"{_series_label(report, role, levels)}, concurrency {level['concurrency']}",
                   histtype="stepfilled" if level["concurrency"] == 1 else "step", linewidth=1.5)
     axes.set_xlabel("latency per request (ms)")
     axes.set_ylabel("requests")
-    axes.set_title("Latency distribution (host timings)")
+    axes.set_title(_title(report, "Latency distribution"), fontsize=10)
     axes.legend(fontsize=7)
     return _png(figure)
 
 
 def throughput_vs_concurrency(report):
-    speed = report["sections"].get("speed") or {}
-    if not any((speed.get(role) or {}).get("levels") for role in ("target", "baseline")):
+    by_role = {role: [l for l in _levels(report, role) if l["tokens_per_s"] is not None]
+               for role in ("target", "baseline")}
+    if not any(by_role.values()):
         return None
     figure, axes = plt.subplots(figsize=(6, 3.2))
-    for role in ("target", "baseline"):
-        levels = (speed.get(role) or {}).get("levels") or []
+    for role, levels in by_role.items():
         if levels:
             axes.plot([l["concurrency"] for l in levels], [l["tokens_per_s"] for l in levels], marker="o",
-                      color=COLOURS[role], label=f"{_roles(report)[role]} ({role})")
-    axes.set_xticks(sorted({l["concurrency"] for role in ("target", "baseline")
-                            for l in (speed.get(role) or {}).get("levels") or []}))
+                      color=COLOURS[role], label=_series_label(report, role, levels))
+    axes.set_xticks(sorted({l["concurrency"] for levels in by_role.values() for l in levels}))
     axes.set_xlabel("concurrent requests")
     axes.set_ylabel("generated tokens / s")
-    axes.set_title("Throughput against concurrency (host timings)")
+    axes.set_title(_title(report, "Throughput against concurrency"), fontsize=10)
     axes.legend(fontsize=8)
     return _png(figure)
 

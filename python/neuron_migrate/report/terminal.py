@@ -65,12 +65,12 @@ def prediction_table(result):
 
 def verdict_table(verdicts):
     table = Table(title="Stop conditions")
-    for column in ("condition", "verdict", "measured", "limit"):
+    for column in ("condition", "verdict", "value", "is", "limit"):
         table.add_column(column)
     for item in verdicts:
         colour = {"go": "green", "no-go": "red"}.get(item["verdict"], "yellow")
         table.add_row(item["condition"], f"[{colour}]{item['verdict']}", number(item.get("measured")),
-                      f"{item['comparison']} {number(item['limit'])}")
+                      item.get("source", "measured"), f"{item['comparison']} {number(item['limit'])}")
     return table
 
 
@@ -92,7 +92,8 @@ def summary_lines(report):
     census = s.get("census") or {}
     if census.get("ops") is not None:
         lines.append(f"will it run?   {census.get('distinct_ops')} distinct ops, "
-                     f"{len(census.get('fallback_ops') or [])} run on the CPU by TorchNeuron, "
+                     f"{len(census.get('fallback_ops') or [])} run on the CPU by TorchNeuron"
+                     f"{' (predicted from the census)' if census.get('fallback_source') == 'predicted' else ''}, "
                      f"{len(census.get('wide_values') or [])} 64-bit value problem(s), "
                      f"{len((s.get('cuda_scan') or {}).get('findings') or [])} CUDA-only line(s)")
     quality = s.get("quality") or {}
@@ -148,8 +149,8 @@ def summary_lines(report):
     running = ((s.get("cost") or {}).get("running") or {}).get("target") or {}
     currency = (s.get("cost") or {}).get("currency")
     if running.get("per_million_tokens") is not None:
-        lines.append(f"cost?          {number(running['per_million_tokens'])} {currency} per 1M tokens (from host "
-                     "throughput)")
+        lines.append(f"cost?          {number(running['per_million_tokens'])} {currency} per 1M tokens (from "
+                     f"measured throughput; {running.get('assumption') or 'price_per_hour.' + running['device']})")
     predicted = running.get("predicted") or {}
     if predicted.get("per_million_tokens") is not None:
         lines.append(f"cost?          {number(predicted['per_million_tokens'])} {currency} per 1M tokens on "
