@@ -128,7 +128,8 @@ py::dict device_properties(int device) {
 }
 
 py::dict memory_stats(int device) {
-  neuron_rt::MemoryStats s = NEURON_RT_CALL(runtime().memory(device).stats());
+  const neuron_rt::MemoryStats s =
+      neuron_memory_in_use(device) ? NEURON_RT_CALL(runtime().memory(device).stats()) : neuron_rt::MemoryStats{};
   py::dict stats;
   auto put = [&](const char* kind, uint64_t current, uint64_t peak, uint64_t allocated, uint64_t freed) {
     const std::string prefix = std::string(kind) + ".all.";
@@ -267,9 +268,12 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release release;
     neuron_allocator_empty_cache();
   });
-  m.def("reset_peak_memory_stats", [](int device) { NEURON_RT_CALL(runtime().memory(device).reset_peak_stats()); });
-  m.def("reset_accumulated_memory_stats",
-        [](int device) { NEURON_RT_CALL(runtime().memory(device).reset_accumulated_stats()); });
+  m.def("reset_peak_memory_stats", [](int device) {
+    if (neuron_memory_in_use(device)) NEURON_RT_CALL(runtime().memory(device).reset_peak_stats());
+  });
+  m.def("reset_accumulated_memory_stats", [](int device) {
+    if (neuron_memory_in_use(device)) NEURON_RT_CALL(runtime().memory(device).reset_accumulated_stats());
+  });
   m.def("mem_get_info", [](int device) {
     neuron_rt::MemoryStats s = NEURON_RT_CALL(runtime().memory(device).stats());
     return py::make_tuple(s.budget_bytes - s.reserved_bytes, s.budget_bytes);

@@ -25,8 +25,14 @@ void rethrow_runtime_error(const neuron_rt::Error& error) {
   }
 }
 
+bool neuron_memory_in_use(int64_t device) {
+  NEURON_RT_CALL(neuron_rt::Runtime::check_visible_device(device));
+  return neuron_rt::Runtime::initialized() && !neuron_rt::Runtime::in_bad_fork();
+}
+
 void neuron_allocator_empty_cache() {
-  if (!neuron_rt::Runtime::initialized()) return;  // nothing cached yet; as CUDA's, starts nothing
+  // Nothing cached yet, or the parent's cache (a forked child): as CUDA's, starts nothing.
+  if (!neuron_rt::Runtime::initialized() || neuron_rt::Runtime::in_bad_fork()) return;
   auto& rt = runtime();
   without_gil([&] { NEURON_RT_CALL(rt.synchronize()); });
   for (int d = 0; d < rt.device_count(); ++d) rt.memory(d).empty_cache();
@@ -69,7 +75,8 @@ class NeuronDeviceAllocator final : public c10::DeviceAllocator {
     NEURON_RT_CALL(buffer->record_stream(s));
   }
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
-    neuron_rt::MemoryStats s = NEURON_RT_CALL(runtime().memory(device).stats());
+    const neuron_rt::MemoryStats s =
+        neuron_memory_in_use(device) ? NEURON_RT_CALL(runtime().memory(device).stats()) : neuron_rt::MemoryStats{};
     DeviceStats stats;
     auto set = [](c10::CachingDeviceAllocator::StatArray& array, uint64_t current, uint64_t peak,
                   uint64_t allocated, uint64_t freed) {
@@ -91,10 +98,10 @@ class NeuronDeviceAllocator final : public c10::DeviceAllocator {
     return stats;
   }
   void resetAccumulatedStats(c10::DeviceIndex device) override {
-    NEURON_RT_CALL(runtime().memory(device).reset_accumulated_stats());
+    if (neuron_memory_in_use(device)) NEURON_RT_CALL(runtime().memory(device).reset_accumulated_stats());
   }
   void resetPeakStats(c10::DeviceIndex device) override {
-    NEURON_RT_CALL(runtime().memory(device).reset_peak_stats());
+    if (neuron_memory_in_use(device)) NEURON_RT_CALL(runtime().memory(device).reset_peak_stats());
   }
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     neuron_rt::MemoryStats s = NEURON_RT_CALL(runtime().memory(device).stats());

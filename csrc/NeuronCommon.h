@@ -39,6 +39,12 @@ bool is_pinned_pointer(const void* ptr);
 
 // Waits for all work, then releases every core's cached segments and the cached pinned
 // host memory (torch.neuron.empty_cache).
+// Whether this process's runtime holds device memory to report or reset: false before the
+// runtime starts and in a child forked after the parent started it (statistics are then zero and
+// resets no-ops, and neither starts the runtime, as torch.cuda's before CUDA is initialised and
+// in a bad fork; Note [Counting devices without starting the runtime], runtime/device.h).
+// Checks the index first.
+bool neuron_memory_in_use(int64_t device);
 void neuron_allocator_empty_cache();
 
 // Python's atexit (called without the GIL): lets the threads that may still drop a Python-owned

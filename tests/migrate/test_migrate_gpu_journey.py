@@ -294,6 +294,13 @@ def test_compare_of_a_gpu_report_and_a_neuron_report_prints_the_decision(tmp_pat
     status_gpu, gpu = run(workload, str(tmp_path / "gpu"), "--on", "cpu", "--baseline", "cpu")
     status_trn, trn = run(workload, str(tmp_path / "trn"), "--on", "neuron", "--baseline", "cpu")
     assert gpu["sections"]["compiles"]["backend"] == "inductor" and trn["sections"]["compiles"]["backend"] == "neuron"
+    # what the measured run predicts of Trainium is what the neuron run finds: the same compile
+    # problems (graphs, recompiles, graph breaks: Dynamo's, whatever the backend) and fallbacks
+    for key in ("graphs_compiled", "recompiles", "graph_breaks"):
+        assert gpu["sections"]["compiles"][key] == trn["sections"]["compiles"][key], key
+    assert gpu["sections"]["census"]["fallback_source"] == "predicted"
+    from neuron_migrate.census import same_ops
+    assert same_ops(gpu["sections"]["census"]["fallback_ops"], trn["sections"]["census"]["fallback_ops"])
     capsys.readouterr()
     main(["compare", str(tmp_path / "gpu"), str(tmp_path / "trn")])
     out = " ".join(capsys.readouterr().out.split())

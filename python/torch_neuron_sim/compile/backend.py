@@ -203,7 +203,10 @@ class NeuronProgramCode(OutputCode):
                 raise NEFFExecutionError(f"compiled graph {self.name} failed: {error}") from error
             _warn_once(("execution", self.name), f"compiled graph {self.name} failed ({error}); running it eagerly "
                                                   f"(fallback execution is on)")
-            return self.fallback_gm(*args)
+            eager = self.__dict__.get("_eager_gm")
+            if eager is None:  # made at the first failure (two threads may both make it: the same graph)
+                eager = self._eager_gm = passes.eager_runnable(self.fallback_gm)
+            return eager(*args)
         if boxed:
             args.clear()
         return [_output(results, entry) for entry in self.layout]
@@ -211,7 +214,7 @@ class NeuronProgramCode(OutputCode):
     def __getstate__(self):
         state = dict(self.__dict__)
         state["program"] = None  # a loaded program belongs to this process
-        state["fallback_gm"] = None
+        state["fallback_gm"] = state["_eager_gm"] = None
         return state
 
     def __setstate__(self, state):
@@ -369,7 +372,8 @@ def _compile_graph(gm, example_inputs, *, context, graph_type):
         _warn_once(("eager", "backward", context["aot_id"]),
                    f"torch.compile(backend='neuron'): the backward graph could not be compiled "
                    f"({type(error).__name__}: {error}); running it eagerly")
-        return make_boxed_func(gm)
+        # the graph as the passes left it (they rewrite in place), made runnable op by op
+        return make_boxed_func(passes.eager_runnable(gm))
 
 
 def _compile_graph_now(gm, example_inputs, *, context, graph_type):

@@ -1,10 +1,10 @@
 """Dynamo's device interface for the neuron device (torch._dynamo.device_interface).
 
 Dynamo and Inductor reach a device's module through a registered DeviceInterface, not through
-torch.<name>: tracing `with torch.neuron.stream(s):`, torch.neuron.current_stream(), Events and
-Streams made inside a compiled function (torch._dynamo.variables: the interface's `stream`,
-`current_stream`, `Event` and `Stream` are what it recognises), and the device guard of the
-compiler collectives (torch._dynamo.output_graph). PyTorch registers cuda, xpu, mtia, cpu, mps
+torch.<name>: the device guard of the compiler collectives (torch._dynamo.output_graph), and the
+stream and event calls Dynamo recognises inside a compiled function (torch._dynamo.variables).
+The latter do not compile on neuron yet (docs/device-module-contract.md: the compiler does not
+lower control_deps / record_event). PyTorch registers cuda, xpu, mtia, cpu, mps
 and tpu; `get_interface_for_device("neuron")` raised NotImplementedError. Registered as the
 module loads (torch_patches.run_after_load), so importing torch_neuronx loads no Dynamo."""
 import torch

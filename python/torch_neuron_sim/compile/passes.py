@@ -29,6 +29,7 @@ After the passes the graph's fake-tensor metadata is propagated again, so the lo
 the dtypes and layouts the new nodes have.
 
 One pass runs on Dynamo's graph, before AOTAutograd: keep_asserts."""
+import copy
 import operator
 
 import torch
@@ -627,11 +628,15 @@ def generators_from_saved_states(gm):
 def seeded_ops_take_a_generator(gm):
     """Random ops without a Generator argument would draw from the CPU's default generator in
     the executor (kernels run on host views); their overloads with one draw from the device's
-    generator (the executor passes it), as eager ops do. Returns how many were rewritten."""
+    generator (the executor passes it), as eager ops do. A random op that makes a CPU tensor keeps
+    drawing from the CPU's generator, as it does eagerly. Returns how many were rewritten."""
     rewritten = 0
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             with_generator = _with_generator(node.target)
+            made = _tensors(node.meta.get("val"))
+            if made and made[0].device.type != "neuron":
+                continue  # a CPU random op draws from the CPU's default generator, as it does eagerly
             if with_generator is not None:
                 node.target = with_generator
                 rewritten += 1
@@ -764,3 +769,35 @@ def run_passes(gm, on_device_ops):
     eliminate_dead_code(gm)
     stats["nodes"] = sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem)
     return stats
+
+
+def generator_at(state):
+    """A neuron Generator at `state` (a 16-byte state tensor): what the executor makes for an op
+    whose Generator argument is a saved state, for the same graph run eagerly."""
+    generator = torch.Generator(device=state.device)
+    generator.set_state(state.cpu())
+    return generator
+
+
+def eager_runnable(gm):
+    """A copy of `gm` that runs op by op (fallback execution, Note [Random ops replayed in compiled
+    graphs]): the random-op replays of run_passes applied (a graph from the cache has not been
+    through them; ATen has no neuron kernel for run_and_save_rng_state / run_with_rng_state), and
+    each Generator argument that is a saved state made a Generator at that state (generator_at),
+    so the eager graph draws what the program draws. `gm` is left as it is."""
+    from torch._prims import rng_prims
+    eager = copy.deepcopy(gm)
+    hops = (rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state)
+    if any(node.op == "call_function" and node.target in hops for node in eager.graph.nodes):
+        replay_random_ops(eager)
+        seeded_ops_take_a_generator(eager)
+        generators_from_saved_states(eager)
+    graph = eager.graph
+    for node in list(graph.nodes):
+        state = node.kwargs.get("generator") if node.op == "call_function" else None
+        if isinstance(state, torch.fx.Node):
+            with graph.inserting_before(node):
+                made = graph.call_function(generator_at, (state,))
+            node.kwargs = {**node.kwargs, "generator": made}
+    eager.recompile()
+    return eager

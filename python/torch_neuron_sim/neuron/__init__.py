@@ -77,7 +77,7 @@ def current_device():
 
 
 def set_device(device):
-    index = _index(device)
+    index = _index(device, negative_is_current=True)  # negative: no change, as torch.cuda.set_device
     if index >= 0:
         _C.set_device(index)
 
@@ -94,7 +94,7 @@ class device:
     """Context manager that selects a neuron device."""
 
     def __init__(self, device):
-        self.index = _index(device) if device is not None else -1
+        self.index = _index(device, negative_is_current=True) if device is not None else -1
         self.previous = -1
 
     def __enter__(self):
@@ -131,7 +131,7 @@ def get_device_name(device=None):
 
 
 def synchronize(device=None):
-    _C.synchronize(-1 if device is None else _index(device))
+    _C.synchronize(-1 if device is None else _index(device, negative_is_current=True))  # as torch.cuda.device(-1)
 
 
 # ---- streams and events ---------------------------------------------------------------------

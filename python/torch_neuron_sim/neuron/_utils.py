@@ -19,4 +19,4 @@ def _get_device_index(device, optional=False, allow_cpu=False):
             raise ValueError(f"Expected a neuron device with a specified index or an integer, but got: {device}")
     elif device is None and not optional:
         raise ValueError("Expected a neuron device with a specified index or an integer, but got: None")
-    return _index(device)
+    return _index(device, negative_is_current=True)  # an int is returned as given, as torch.cuda's
