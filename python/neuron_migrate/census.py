@@ -48,8 +48,10 @@ class OpCensus(TorchDispatchMode):
         out = func(*args, **kwargs)
         entry = self.ops.get(name)
         if entry is None:
-            entry = self.ops[name] = {"count": 0, "signatures": {}, "distinct_signatures": 0}
+            entry = self.ops[name] = {"count": 0, "signatures": {}, "distinct_signatures": 0, "devices": set()}
         entry["count"] += 1
+        entry["devices"].update(t.device.type for t in tree_flatten((args, kwargs, out))[0]
+                                if isinstance(t, torch.Tensor))
         inputs = [d for d in map(_describe, tree_flatten((args, kwargs))[0]) if d]
         outputs = [d for d in map(_describe, tree_flatten(out)[0]) if d]
         signature = " ".join(inputs) + " -> " + " ".join(outputs)
@@ -108,7 +110,7 @@ class OpCensus(TorchDispatchMode):
 
     def summary(self):
         ops = [{"op": name, "count": e["count"], "distinct_signatures": e["distinct_signatures"],
-                "signatures": e["signatures"]} for name, e in self.ops.items()]
+                "signatures": e["signatures"], "devices": sorted(e["devices"])} for name, e in self.ops.items()]
         return {"ops": ops, "op_calls": sum(e["count"] for e in self.ops.values()),
                 "copies_bytes": dict(self.copies), "copies_count": dict(self.copy_counts),
                 "wide_values": self.wide_values}
@@ -134,14 +136,17 @@ def fallback_report(census_summary, fallback_names):
 # Note [Predicted fallbacks]
 # TorchNeuron runs an op on the CPU when the op reaches the device's dispatch key and its base
 # name is not in TorchNeuron 2.13's natively lowered set (data/torchneuron_ops.txt: the same
-# table the simulator classifies by; tests/migrate/test_migrate_census_prediction.py keeps the two
-# files equal). Which census ops reach a device's dispatch key does not depend on the device
+# table the simulator classifies by; tests/migrate/test_migrate_census.py keeps the two files
+# equal). Which census ops reach a device's dispatch key does not depend on the device
 # that made the census: an op whose kernel is CompositeExplicitAutograd (views such as expand,
 # t, select; rsub, lift_fresh) is computed from other ops on every backend, so it never falls
-# back itself; an op with backend kernels (argmax, isin) does. Limit: the census does not see
-# the ops inside such a composite kernel (a dispatch mode sees the outer call only), so a
-# non-native op called only from inside one would be missed; the tests check the prediction
-# against the measured set for two workloads. Attention and a few other ops
+# back itself, unless TorchNeuron registers it (argsort); an op with backend kernels (argmax,
+# isin) does. A structured in-place op (exp_) reaches the backend as its out= kernel (exp.out),
+# so its functional name is looked up. The census does not see the ops inside a composite
+# kernel (a dispatch mode sees the outer call only): the common ones whose inner op falls back
+# are listed (COMPOSITE_INNER: sort, the random factories); another would be missed. In a device
+# run, ops on CPU tensors only (host-side post-processing) are not counted. The tests check the
+# prediction against the measured set for two workloads. Attention and a few other ops
 # are chosen per device (CUDA's flash or efficient SDPA, the CPU's flash-for-CPU): they are
 # mapped to the op TorchNeuron chooses (DEVICE_CHOICES) before the lookup. Names are compared
 # by base name: the overload one backend reports (isin.Tensor_Tensor_out through an out= kernel)
@@ -185,39 +190,77 @@ def torchneuron_op_table():
     return frozenset(sections["device"] - sections["cpu"]), frozenset(sections["cpu"])
 
 
-def _reaches_backend(op):
-    """False when the op is computed from other ops on every backend (a composite kernel); True
-    when it has backend kernels, or when torch does not know it (counted, so nothing is hidden)."""
+# Composite ops (made of other ops on every backend) whose inner op reaches the backend and is
+# not native: the census sees the outer call only. TorchNeuron registers some composite ops
+# itself (argsort): those are looked up in its table first.
+COMPOSITE_INNER = {"sort": "sort", "argsort": "sort", "randn": "normal_", "randn_like": "normal_",
+                   "rand": "uniform_", "rand_like": "uniform_", "randint": "random_", "randint_like": "random_",
+                   "normal": "normal_", "bernoulli": "bernoulli_"}
+
+
+def _handle(op):
     namespace, _, rest = op.partition("::")
     name, _, overload = rest.partition(".")
     try:
-        handle = getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+        return getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
     except (AttributeError, RuntimeError):
-        return True
-    return not any(handle.has_kernel_for_dispatch_key(key) for key in _COMPOSITE_KEYS)
+        return None
 
 
-def predicted_fallbacks(census_summary):
-    """[{op, as_on_neuron, count, reason}] for the census ops TorchNeuron would run on the CPU
-    (Note [Predicted fallbacks]), sorted by op."""
+def as_on_neuron(op):
+    """The base name TorchNeuron's table is asked for, for an op the census saw, or None when the
+    op reaches no backend kernel itself (Note [Predicted fallbacks])."""
+    base = base_name(op)
+    base = DEVICE_CHOICES.get(base, base)
     native, pinned = torchneuron_op_table()
+    if base in native or base in pinned:
+        return base
+    handle = _handle(op)
+    if handle is None:
+        return base  # torch does not know it: counted, so nothing is hidden
+    if any(handle.has_kernel_for_dispatch_key(key) for key in _COMPOSITE_KEYS):
+        return COMPOSITE_INNER.get(base)  # made of other ops: the inner op that reaches the backend, if known
+    if base.endswith("_") and not base.startswith("_") and \
+            handle.has_kernel_for_dispatch_key("CompositeExplicitAutogradNonFunctional"):
+        return base[:-1]  # a structured in-place op reaches the backend as its out= kernel (exp_ -> exp.out)
+    return base
+
+
+def predicted_fallbacks(census_summary, device=None):
+    """[{op, as_on_neuron, count, reason}] for the census ops TorchNeuron would run on the CPU
+    (Note [Predicted fallbacks]), sorted by op. Only ops with a tensor on the census's device
+    (`device`, else the accelerator the census saw, else the CPU) count: host-side work on CPU
+    tensors in a device run is not the device's."""
+    native, pinned = torchneuron_op_table()
+    seen = set().union(*(entry.get("devices") or () for entry in census_summary["ops"]))
+    # the census's device: given, else the accelerator it saw (the CPU when it saw none)
+    devices = {device} if device is not None else (seen - {"cpu"} or {"cpu"})
     found = []
     for entry in census_summary["ops"]:
         op = entry["op"]
-        if op.split("::")[0] != "aten" or not _reaches_backend(op):
+        if op.split("::")[0] != "aten":
             continue
-        as_on_neuron = DEVICE_CHOICES.get(base_name(op), base_name(op))
-        if as_on_neuron in pinned:
+        if entry.get("devices") and not devices & set(entry["devices"]):
+            continue
+        name = as_on_neuron(op)
+        if name is None:
+            continue
+        if name in pinned:
             reason = "TorchNeuron registers it to run on the CPU"
-        elif as_on_neuron not in native:
+        elif name not in native:
             reason = "not in TorchNeuron 2.13's natively lowered ops: its CPU fallback runs it"
         else:
             continue
-        found.append({"op": op, "as_on_neuron": as_on_neuron, "count": entry["count"], "reason": reason})
+        found.append({"op": op, "as_on_neuron": name, "count": entry["count"], "reason": reason})
     return sorted(found, key=lambda item: item["op"])
+
+
+def op_key(op):
+    """What two reports' op names are compared by: the name TorchNeuron's table is asked for
+    (randn as normal_, exp_ as exp, attention as TorchNeuron's; a view by its own base name)."""
+    return as_on_neuron(op) or base_name(op)
 
 
 def same_ops(names_a, names_b):
     """Whether two lists of op names name the same ops (by base name, Note [Predicted fallbacks])."""
-    return {DEVICE_CHOICES.get(base_name(n), base_name(n)) for n in names_a} == \
-        {DEVICE_CHOICES.get(base_name(n), base_name(n)) for n in names_b}
+    return {op_key(n) for n in names_a} == {op_key(n) for n in names_b}

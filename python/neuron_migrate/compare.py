@@ -30,6 +30,7 @@ METRICS = {
     "time per training step (s)": (("training", "time_per_step_s"), "lower", 0.10),
 }
 TIMING_SLACK = 0.10  # timings may move this much (relative) before they count as a regression
+NOT_PREDICTED = "not predicted"  # a figure left out by design (never a regression)
 
 
 def _get(data, path):
@@ -55,8 +56,10 @@ def _speed_metrics(report):
     value, source = figures.cost_per_million(report)
     found["cost per 1M tokens"] = (value, "lower", 0.10, source)
     step = _get(report["sections"], ("training", "time_per_step_s"))
-    found["time per training step (s)"] = (None if figures.simulated(report) else step, "lower", 0.10,
-                                           figures.MEASURED)
+    if figures.simulated(report):  # host time; a training step on Trainium is not predicted yet
+        found["time per training step (s)"] = (None, "lower", 0.10, NOT_PREDICTED)
+    else:
+        found["time per training step (s)"] = (step, "lower", 0.10, figures.MEASURED)
     return found
 
 
@@ -94,13 +97,29 @@ def _metrics(report, host=False):
     return found
 
 
+def _compile_condition(conditions, kinds):
+    """The conditions with [compile] as it applies to the two runs' devices: the backend (and mode)
+    each of `kinds` gets. One file's table, a name for every device, and reports made before
+    per-device tables ("backend": "neuron") compare equal when they compile alike."""
+    from .workload import Compile
+    compile_ = (conditions or {}).get("compile")
+    if not isinstance(compile_, dict):
+        return conditions
+    spec = Compile(enabled=compile_.get("enabled", True), backend=compile_.get("backend"), mode=compile_.get("mode"))
+    normal = {"enabled": spec.enabled, "backend": {kind: spec.backend_for(kind) for kind in kinds}}
+    modes = {kind: spec.mode_for(kind) for kind in kinds if spec.mode_for(kind)}
+    if modes:
+        normal["mode"] = modes
+    return {**conditions, "compile": normal}
+
+
 def _kind(device):
     return str(device or "").split(":")[0]
 
 
 def _op_key(op):
-    from .census import DEVICE_CHOICES, base_name
-    return DEVICE_CHOICES.get(base_name(op), base_name(op))
+    from .census import op_key
+    return op_key(op)
 
 
 def _is_nan(value):
@@ -125,12 +144,18 @@ def _prices(report):
     cost = report["sections"].get("cost") or {}
     prices = {f"price_per_hour ({role})": entry.get("price_per_hour")
               for role, entry in (cost.get("running") or {}).items()}
+    for role, entry in (cost.get("running") or {}).items():  # the price a predicted cost used
+        predicted = entry.get("predicted") or {}
+        if predicted.get("price_key"):
+            prices[f"price_per_hour.{predicted['price_key']} ({role}, predicted)"] = predicted.get("price_per_hour")
     return {"currency": cost.get("currency"), **prices} if cost else {}
 
 
 def compare(a, b):
     """{refused, condition_changes} when the conditions differ; else the changes and metrics."""
-    conditions = _diff_conditions(a.get("conditions"), b.get("conditions"))
+    kinds = sorted({_kind(a.get("target")), _kind(b.get("target"))})
+    conditions = _diff_conditions(_compile_condition(a.get("conditions"), kinds),
+                                  _compile_condition(b.get("conditions"), kinds))
     model_a = _get(a["sections"], ("lock", "model", "files")) or {}
     model_b = _get(b["sections"], ("lock", "model", "files")) or {}
     model_changes = [(name, (x or {}).get("sha256"), (y or {}).get("sha256")) for name, x, y in _diff_dicts(model_a, model_b)]
@@ -159,7 +184,7 @@ def compare(a, b):
             margin = abs(value_a) * (slack + band)
             regression = value_b > value_a + margin if direction == "lower" else value_b < value_a - margin
         elif value_a is not None:
-            regression = True  # measured before, not any more
+            regression = source_b != NOT_PREDICTED  # measured before, not any more (unless left out by design)
         row = {"metric": name, "a": value_a, "b": value_b, "better": direction, "regression": regression,
                "source_a": source_a, "source_b": source_b}
         if band:
@@ -289,13 +314,18 @@ def decision(a, b):
     tokens_per_month = _get(trn["sections"], ("cost", "tokens_per_month")) or \
         _get(gpu["sections"], ("cost", "tokens_per_month"))
     prediction = trn["sections"].get("prediction") or {}
+    # the dry run's rows are one request at batch 1: set beside the GPU's cost at concurrency 1
+    gpu_price = _get(gpu["sections"], ("cost", "running", "target", "price_per_hour"))
+    first = gpu_levels.get(1)
+    gpu_cost_one = (gpu_price / 3600 / first["tokens_per_s"] * 1e6
+                    if gpu_price is not None and first and first.get("tokens_per_s") else None)
     platforms = []
     for row in prediction.get("rows") or []:
         cost = row.get("per_million_output_tokens")
         platforms.append({"platform": row["platform"], "tp": row["tp"], "lnc": row["lnc"],
                           "tokens_per_s": row.get("request_tokens_per_s"), "latency_ms": row.get("request_latency_ms"),
                           "ttft_ms": row.get("ttft_ms"), "per_million_tokens": cost, "price_key": row.get("price_key"),
-                          "break_even": _break_even(engineering, gpu_cost, cost, tokens_per_month, currency)})
+                          "break_even": _break_even(engineering, gpu_cost_one, cost, tokens_per_month, currency)})
     missing = {**(_get(gpu["sections"], ("cost", "missing_price_notes")) or {})}
     notes = [f"GPU side: {note}" for note in missing.values()]
     if trn_cost is None:
@@ -316,6 +346,7 @@ def decision(a, b):
                                  "predicted_range": None if trn_cost is None or error is None or error >= 1 else
                                  [trn_cost / (1 + error), trn_cost / (1 - error)]},
             "platforms": platforms, "platforms_label": prediction.get("label"),
+            "measured_cost_at_concurrency_1": gpu_cost_one,
             "one_time": {"engineering": engineering, "engineering_hours": one_time.get("engineering_hours")},
             "tokens_per_month": tokens_per_month,
             "break_even": _break_even(engineering, gpu_cost, trn_cost, tokens_per_month, currency), "notes": notes}
@@ -349,7 +380,9 @@ def _print_decision(console, result):
                   f"{_fmt(cost['predicted'])} {d['currency']} predicted"
                   + (f" ({_fmt(spread[0])} to {_fmt(spread[1])} within the error band)" if spread else ""))
     if d["platforms"]:
-        table = Table(title=f"Trainium per platform and TP degree, one request at batch 1 ({d['platforms_label']})")
+        table = Table(title=f"Trainium per platform and TP degree, one request at batch 1 ({d['platforms_label']}); "
+                            f"break-even against the measured cost at concurrency 1 "
+                            f"({_fmt(d['measured_cost_at_concurrency_1'])} {d['currency']} per 1M tokens)")
         for column in ("platform", "TP", "LNC", "tokens/s", "latency ms", "TTFT ms", f"{d['currency']} per 1M tokens",
                        "break-even"):
             table.add_column(column)

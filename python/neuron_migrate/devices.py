@@ -47,6 +47,11 @@ def _function(kind, name, measured):
     return function
 
 
+def reset_limits():
+    """Forgets the limits of earlier runs in this process (a run calls it first)."""
+    _LIMITS.clear()
+
+
 def limits():
     """[{device, function, reason}] for every figure a device module could not give this run."""
     return [{"device": kind, "function": name, "reason": reason} for (kind, name), reason in sorted(_LIMITS.items())]

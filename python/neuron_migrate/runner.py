@@ -115,16 +115,17 @@ class _Run:
                 model = training.fresh(self.cpu_model, device)
             if role == "target":
                 tracking.clear()
+            if self.workload.task == "train":  # made on the host before the census: not the device's work
+                batches = loading.training_batches(self.cpu_model, self.workload)[:2]
             with mode:
                 if self.workload.task == "generate":
                     results[role] = quality.outputs(model, device, self.requests, self.workload.inputs.max_new_tokens)
                 else:
-                    batches = loading.training_batches(self.cpu_model, self.workload)[:2]
                     results[role] = training.run(self.cpu_model, device, batches, self.workload.train.lr,
                                                  self.workload.seed, loaded=model)
             results[role + "_census"] = mode.summary()
         target_census = results["target_census"]
-        predicted = census.predicted_fallbacks(target_census)
+        predicted = census.predicted_fallbacks(target_census, torch.device(self.target).type)
         predicted_names = [entry["op"] for entry in predicted]
         # Note [Predicted fallbacks]: measured where TorchNeuron tracks them, predicted elsewhere
         fallback = tracking.fallback_ops() if tracking.enabled else predicted_names
@@ -139,7 +140,8 @@ class _Run:
             "fallback_ops_predicted": predicted_names, "fallback_prediction": predicted,
             # what a run on the baseline's device (a GPU box, the CPU) predicts: checked against the measured set
             "fallback_ops_predicted_on_baseline": [entry["op"] for entry in
-                                                   census.predicted_fallbacks(results["baseline_census"])],
+                                                   census.predicted_fallbacks(results["baseline_census"],
+                                                                                torch.device(self.baseline).type)],
             "fallback_prediction_agrees": census.same_ops(predicted_names, fallback) if tracking.enabled else None,
             "fallback_detail": census.fallback_report(target_census, fallback),
             "executed_ops": tracking.executed_ops(), "fallback_tracking": tracking.enabled,
@@ -247,6 +249,7 @@ def run_command(workload_path, target, baseline, out, progress, console, predict
     except WorkloadError as error:
         console.print(f"[red]workload error:[/red] {error}")
         return 2
+    devices.reset_limits()
     for device in (target, baseline):
         try:
             devices.check(device)

@@ -163,7 +163,8 @@ class Workload:
         return {"task": self.task, "seed": self.seed, "model": dataclasses.asdict(self.model),
                 "inputs": dataclasses.asdict(self.inputs), "serve": dataclasses.asdict(self.serve),
                 "train": dataclasses.asdict(self.train) if self.task == "train" else None,
-                "compile": dataclasses.asdict(self.compile)}
+                "compile": {key: value for key, value in dataclasses.asdict(self.compile).items()
+                            if not (key == "mode" and value is None)}}  # compare normalises it per device
 
     def resolve(self, relative):
         """A path from the workload file, relative to the file's folder."""
@@ -321,6 +322,11 @@ def load(path):
     for device, price in list(cost.price_per_hour.items()):
         where = f"cost.price_per_hour.{device}"
         if isinstance(price, dict):
+            from .platforms import platforms as trainium_platforms
+            if device == "neuron" or device in trainium_platforms():
+                raise WorkloadError(f"{where}: a Trainium price is a number, the price of one instance-hour of the "
+                                    "platform's largest instance (its share is TP / logical cores per instance, "
+                                    f"docs/neuron-migrate.md), got {price!r}")
             unknown = set(price) - {"per_hour", "instance", "devices"}
             if unknown or "per_hour" not in price:
                 raise WorkloadError(f"{where}: expected a number or {{ per_hour = ..., instance = \"...\", "

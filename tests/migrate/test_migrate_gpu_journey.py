@@ -130,11 +130,13 @@ def _report(simulated, host_p95, predicted_p95, target="neuron"):
         level["predicted"] = {"tokens_per_s": 1000.0 / predicted_p95, "latency_ms": {"p50": predicted_p95,
                                                                                       "p95": predicted_p95},
                               "ttft_ms": {"p95": predicted_p95 / 4}, "latencies_ms": [predicted_p95]}
+    price = 7.0 * level["tokens_per_s"] * 3600 / 1e6  # 7 USD per 1M tokens at the level's tokens/s
     return {"target": target, "baseline": "cpu", "target_simulated": simulated, "conditions": {"seed": 0},
             "sections": {"speed": {"target": {"levels": [level], "platform": "trn2",
                                               "predicted_label": "predicted (cost model v2, calibration error ±20%)"}},
                          "cost": {"currency": "USD", "running": {"target": {
-                             "per_million_tokens": 7.0, "predicted": {"per_million_tokens": 3.0}}}}}}
+                             "price_per_hour": price, "per_million_tokens": 7.0,
+                             "predicted": {"per_million_tokens": 3.0}}}}}}
 
 
 GATES = Gates(p95_latency_ms=500.0, ttft_p95_ms=1000.0, cost_per_million_tokens_max=5.0)
@@ -260,7 +262,7 @@ requests = 2
 [compile]
 enabled = false
 [cost]
-price_per_hour = {{ neuron = {{ per_hour = 8.0, instance = "fake", devices = 2 }} }}
+price_per_hour = {{ neuron = 4.0 }}
 [gates]
 p95_latency_ms = 1e9
 """)
