@@ -53,6 +53,9 @@ def parser():
     predict.add_argument("--serving", choices=["device", "nxdi", "vllm-neuron"], default="device",
                          help="add a serving stack's fixed cost per model step (the dry run's data/serving.toml; "
                               "default: the device alone)")
+    predict.add_argument("--concurrency", type=_int_list,
+                         help="also serve requests at these concurrency levels with continuous batching, e.g. 1,4,16 "
+                              "(compiled; the dry run's Note [Serving under load])")
     predict.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     fit = commands.add_parser("fit", help="does the model fit? parameters + KV cache per core, from its config")
@@ -143,14 +146,14 @@ def _predict(args, console):
     try:
         if args.model.endswith(".toml") and os.path.isfile(args.model):
             result = for_workload(load(args.model), args.platform, args.tp, args.lnc, args.input_tokens,
-                                  args.output_tokens, args.mode, args.serving)
+                                  args.output_tokens, args.mode, args.serving, concurrency=args.concurrency)
         elif not args.tp:
             raise PredictError("--tp: give the tensor-parallel degrees to predict, e.g. --tp 4,16,64")
         else:
             result = predict(config_folder(args.model), args.platform or ["trn2"], args.tp, args.lnc,
                              DEFAULT_TOKENS if args.input_tokens is None else args.input_tokens,
                              DEFAULT_TOKENS if args.output_tokens is None else args.output_tokens,
-                             args.mode or "compiled", serving=args.serving)
+                             args.mode or "compiled", serving=args.serving, concurrency=args.concurrency)
     except (PredictError, WorkloadError) as error:
         console.print(f"[red]predict: {escape(str(error))}")
         return 2
@@ -159,6 +162,9 @@ def _predict(args, console):
     else:
         if result["rows"]:
             console.print(prediction_table(result))
+        if result.get("concurrency") and result["rows"]:
+            from .report.terminal import serving_table
+            console.print(serving_table(result))
         for refused in result["refused"]:
             console.print(f"[red]predict: {refused['platform']} TP {refused['tp']}: {escape(refused['error'])}")
     return 2 if result["refused"] else 0

@@ -302,6 +302,9 @@ def shard_config(config, tp):
     config.num_key_value_heads = max(1, kv_heads // tp)
     config.intermediate_size //= tp
     config.vocab_size = -(-config.vocab_size // tp)  # vocabulary-parallel embedding and LM head
+    pad = getattr(config, "pad_token_id", None)
+    if isinstance(pad, int) and pad >= config.vocab_size:  # the shard holding it keeps it at its own index
+        config.pad_token_id = pad % config.vocab_size
     return config
 
 
@@ -379,7 +382,7 @@ class ProgramCosts:
 
 
 def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, cache_len, layers=None,
-                        step_tokens=1, gqa_attention=None, prefill_tokens=None, decode_cache_len=None):
+                        step_tokens=1, gqa_attention=None, prefill_tokens=None, decode_cache_len=None, batch=1):
     """(prefill ns, decode step ns, programs per forward) of one rank, compiled: the prefill of
     `input_tokens` (run as `prefill_tokens`, a serving stack's bucket) into a static KV cache of
     `cache_len` positions, and one decode step of `step_tokens` (a speculative verify step:
@@ -388,7 +391,8 @@ def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, 
     transformers runs it (the cache allocated at its first update, inside the prefill program, as
     the live model's); True or False: a serving stack's (the caches allocated before the programs,
     as a stack allocates its cache at load, its attention kernels, ATTENTION_STACK), with or
-    without grouped key-value heads read once."""
+    without grouped key-value heads read once. `batch`: the decode step runs that many sequences
+    at once (a continuous-batching step; the prefill stays one request's)."""
     from transformers import StaticCache
     prefill_tokens = prefill_tokens or input_tokens
     decode_cache_len = decode_cache_len or cache_len
@@ -400,11 +404,11 @@ def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, 
     shard = model.config
     head_dim = getattr(shard, "head_dim", None) or shard.hidden_size // shard.num_attention_heads
 
-    def allocated(length):
+    def allocated(length, sequences=1):
         cache = StaticCache(config=shard, max_cache_len=length)
         if not stack:
             return cache
-        cache.early_initialization(batch_size=1, num_heads=shard.num_key_value_heads, head_dim=head_dim,
+        cache.early_initialization(batch_size=sequences, num_heads=shard.num_key_value_heads, head_dim=head_dim,
                                    dtype=torch.bfloat16, device=torch.device("meta"))
         return cache
 
@@ -415,9 +419,9 @@ def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, 
     with torch.no_grad(), routed_attention(), torch._dynamo.config.patch(automatic_dynamic_shapes=False):
         for ids, positions, cache in ((torch.zeros(1, prefill_tokens, dtype=torch.long, device="meta"),
                                        torch.arange(prefill_tokens, device="meta"), allocated(cache_len)),
-                                      (torch.zeros(1, step_tokens, dtype=torch.long, device="meta"),
+                                      (torch.zeros(batch, step_tokens, dtype=torch.long, device="meta"),
                                        torch.arange(input_tokens, input_tokens + step_tokens, device="meta"),
-                                       allocated(decode_cache_len))):
+                                       allocated(decode_cache_len, batch))):
             before_ns, before_calls = costs.ns, costs.calls
             try:
                 forward(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
@@ -458,14 +462,14 @@ def _uniform_layers(config, tp):
 
 
 def compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, cache_len, step_tokens=1,
-                        gqa_attention=None, prefill_tokens=None, decode_cache_len=None):
+                        gqa_attention=None, prefill_tokens=None, decode_cache_len=None, batch=1):
     """As _compiled_forward_ns for the whole model. Layers of one kind are costed from a two-layer
     and a three-layer trace: the third layer's cost (a layer between two others, its residual
     fused with its neighbours as inside the whole model) times each layer past the second."""
     layers = config.num_hidden_layers
     args = (config, tp, platform, logical_nc_config, input_tokens, cache_len)
     kw = dict(step_tokens=step_tokens, gqa_attention=gqa_attention, prefill_tokens=prefill_tokens,
-              decode_cache_len=decode_cache_len)
+              decode_cache_len=decode_cache_len, batch=batch)
     if layers <= 3 or not _uniform_layers(config, tp):
         return _compiled_forward_ns(*args, **kw)
     two = _compiled_forward_ns(*args, layers=2, **kw)
@@ -473,11 +477,13 @@ def compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, c
     return tuple(a + (layers - 2) * (b - a) for a, b in zip(two[:2], three[:2])) + (two[2],)
 
 
-def _collectives_ns(config, tokens, tp, platform, logical_nc_config, itemsize=2):
+def _collectives_ns(config, tokens, tp, platform, logical_nc_config, itemsize=2, sequences=1):
     """One forward's collectives of one rank: two all-reduces of the hidden states per decoder
-    layer, and the gather of the last position's logits from the vocabulary shards."""
-    per_layer = 2 * collective_ns("allreduce", tokens * config.hidden_size * itemsize, tp, platform, logical_nc_config)
-    logits = collective_ns("allgather", config.vocab_size * 4, tp, platform, logical_nc_config)
+    layer, and the gather of the last position's logits from the vocabulary shards, for
+    `sequences` sequences of `tokens` positions each."""
+    per_layer = 2 * collective_ns("allreduce", sequences * tokens * config.hidden_size * itemsize, tp, platform,
+                                  logical_nc_config)
+    logits = collective_ns("allgather", sequences * config.vocab_size * 4, tp, platform, logical_nc_config)
     return config.num_hidden_layers * per_layer + logits
 
 
@@ -559,6 +565,132 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_
         mfu_prefill=flops / (ttft_ns * 1e-9) / peak_flops,
         mbu_decode=step_bytes / (per_token_ns * 1e-9) / peak_bytes if output_tokens > 1 else float("nan"),
         prefill_tokens=prefill_tokens)
+
+
+# ---- serving under load (issue 41 §1) -------------------------------------------------------
+# Note [Serving under load]
+# A serving stack (vLLM Neuron, NxD Inference) batches concurrent requests: continuous batching.
+# The dry run costs the programs such a stack runs, compiled: one request's prefill (context
+# encoding, padded to the stack's prefill bucket), and a decode step of B sequences (token
+# generation), for B in the stack's batch buckets (powers of two up to max_num_seqs, the level's
+# concurrency: a step of b running sequences runs the smallest bucket that holds them, as vLLM
+# Neuron pads its decode batch). simulate() then serves requests over those step costs:
+# - closed loop: `concurrency` clients, each sending its next request when its last one ends,
+#   `requests_per_client` each, all starting at time 0;
+# - the scheduler, as vLLM's default without chunked prefill: waiting requests' prefills run
+#   before the next decode step (prefills first, one request at a time); a request's first token
+#   comes from its prefill;
+# - a decode step gives every running sequence one token; the stack's fixed cost per step is paid
+#   once per step, shared by the batch.
+# Outputs per level: output tokens/s (all requests' output over the time to serve them), TTFT
+# (arrival to the first token), TPOT (time per later token), request latency, each P50/P95.
+# Not modelled: chunked prefill, sequences at their own positions (a compiled step reads its whole
+# cache bucket, whatever the positions), prefix caching, speculative decoding under load.
+
+
+@dataclasses.dataclass
+class ServingLevel:
+    """Predicted serving figures at one concurrency level (milliseconds)."""
+    concurrency: int
+    requests: int
+    tokens_per_s: float
+    ttft_ms: dict  # {"p50", "p95"}
+    tpot_ms: dict
+    latency_ms: dict
+    decode_step_ms: dict  # batch bucket -> one decode step's time, collectives and stack overhead included
+
+
+def _percentiles(values):
+    ordered = sorted(values)
+    if not ordered:
+        return {"p50": float("nan"), "p95": float("nan")}
+
+    def at(q):  # linear interpolation, as numpy.percentile's default
+        position = (len(ordered) - 1) * q
+        low = int(position)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    return {"p50": at(0.5), "p95": at(0.95)}
+
+
+def batch_buckets(max_num_seqs):
+    """The decode batch sizes a stack compiles for up to `max_num_seqs`: powers of two, then it."""
+    buckets = [b for b in (2 ** i for i in range(0, 16)) if b < max_num_seqs]
+    return buckets + [max_num_seqs]
+
+
+def simulate(prefill_ms, decode_step_ms, output_tokens, concurrency, requests_per_client=4):
+    """Note [Serving under load]: serves `concurrency` closed-loop clients over the step costs
+    (`decode_step_ms`: batch bucket -> ms of one step); returns a ServingLevel."""
+    buckets = sorted(decode_step_ms)
+    waiting = [(0.0, client) for client in range(concurrency)]  # (arrival, client)
+    left = {client: requests_per_client for client in range(concurrency)}
+    running = []  # [arrival, first_token_at, tokens_made, client]
+    done = []
+    now = 0.0
+    while waiting or running:
+        waiting.sort()
+        if waiting and waiting[0][0] <= now:
+            arrival, client = waiting.pop(0)
+            now += prefill_ms
+            request = [arrival, now, 1, client]
+            if output_tokens == 1:
+                done.append((request, now))
+                left[client] -= 1
+                if left[client]:
+                    waiting.append((now, client))
+            else:
+                running.append(request)
+            continue
+        if not running:  # nothing to run until the next arrival
+            now = waiting[0][0]
+            continue
+        bucket = next((b for b in buckets if b >= len(running)), buckets[-1])
+        now += decode_step_ms[bucket]
+        for request in list(running):
+            request[2] += 1
+            if request[2] == output_tokens:
+                running.remove(request)
+                done.append((request, now))
+                client = request[3]
+                left[client] -= 1
+                if left[client]:
+                    waiting.append((now, client))
+    ttft = [request[1] - request[0] for request, _ in done]
+    latency = [end - request[0] for request, end in done]
+    tpot = [(end - request[1]) / (output_tokens - 1) for request, end in done if output_tokens > 1]
+    return ServingLevel(concurrency=concurrency, requests=len(done),
+                        tokens_per_s=len(done) * output_tokens / now * 1000 if now > 0 else float("nan"),
+                        ttft_ms=_percentiles(ttft), tpot_ms=_percentiles(tpot), latency_ms=_percentiles(latency),
+                        decode_step_ms=dict(decode_step_ms))
+
+
+def serve(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_tokens=192, output_tokens=192,
+          concurrency=(1,), serving="device", max_model_len=None, requests_per_client=4):
+    """[ServingLevel] per concurrency level (Note [Serving under load]), compiled programs: one
+    request's prefill and a decode step per batch bucket up to the largest level, each costed as
+    predict() costs it (collectives, the stack's fixed cost per step)."""
+    if not concurrency or any(not isinstance(c, int) or c < 1 for c in concurrency):
+        raise ValueError(f"concurrency {concurrency!r}: give one or more whole numbers of requests, 1 or more")
+    single = predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, "compiled",
+                     serving, 1, max_model_len)  # validates the arguments; batch 1's step and TTFT
+    config = _load_config(config_or_dir)
+    lnc = single.logical_nc_config
+    overhead_ns = serving_overhead_ns(serving)
+    cache_len = max_model_len or input_tokens + output_tokens
+    decode_cache_len = decode_bucket(serving, input_tokens + output_tokens // 2, cache_len)
+    gqa = None if serving == "device" else serving_gqa_attention(serving)
+    steps = {1: single.per_token_ms}
+    for bucket in sorted({b for c in concurrency for b in batch_buckets(c)} - {1}):
+        _, step_ns, _ = compiled_forward_ns(config, tp, platform, lnc, input_tokens, cache_len, 1, gqa,
+                                            single.prefill_tokens, decode_cache_len, batch=bucket)
+        collectives = _collectives_ns(config, 1, tp, platform, lnc, sequences=bucket)
+        steps[bucket] = (step_ns + collectives + overhead_ns) / 1e6
+    levels = []
+    for c in concurrency:
+        buckets = {b: steps[b] for b in batch_buckets(c)}
+        levels.append(simulate(single.ttft_ms, buckets, output_tokens, c, requests_per_client))
+    return levels
 
 
 def main(argv=None):

@@ -277,3 +277,44 @@ def test_a_config_that_is_not_llama_style_gets_a_clear_error():
 def test_trn1_defaults_to_its_own_logical_core_configuration():
     assert dry_run.predict(tiny_llama(), "trn1", input_tokens=4, output_tokens=2).logical_nc_config == 1
     assert dry_run.predict(tiny_llama(), "trn2", input_tokens=4, output_tokens=2).logical_nc_config == 2
+
+
+# ---- serving under load (issue 41 §1, Note [Serving under load]) ----------------------------
+
+def test_the_request_simulator_serves_closed_loop_with_continuous_batching():
+    # one client: prefill 20 ms (first token), four steps of 10 ms; its second request after it
+    one = dry_run.simulate(20.0, {1: 10.0}, output_tokens=5, concurrency=1, requests_per_client=2)
+    assert (one.requests, one.ttft_ms["p50"], one.tpot_ms["p50"], one.latency_ms["p95"]) == (2, 20.0, 10.0, 60.0)
+    assert one.tokens_per_s == pytest.approx(10 / 120 * 1000)
+    # two clients: both prefills first (0-20, 20-40), then steps batch both sequences
+    two = dry_run.simulate(20.0, {1: 10.0, 2: 10.0}, output_tokens=5, concurrency=2, requests_per_client=1)
+    assert two.ttft_ms == {"p50": 30.0, "p95": pytest.approx(39.0)}  # 20 and 40 ms
+    assert two.latency_ms["p95"] == 80.0 and two.tokens_per_s == pytest.approx(10 / 80 * 1000)
+    # three running sequences run the batch-4 bucket's step
+    three = dry_run.simulate(0.0, {1: 1.0, 2: 2.0, 4: 5.0}, output_tokens=2, concurrency=3, requests_per_client=1)
+    assert three.latency_ms["p50"] == 5.0
+    assert dry_run.batch_buckets(6) == [1, 2, 4, 6] and dry_run.batch_buckets(1) == [1]
+
+
+def test_serving_at_concurrency_1_equals_predicts_request_and_batching_beats_serial_requests():
+    config = tiny_llama()
+    single = dry_run.predict(config, "trn2", tp=1, input_tokens=16, output_tokens=4)
+    one, two, four = dry_run.serve(config, "trn2", tp=1, input_tokens=16, output_tokens=4, concurrency=(1, 2, 4),
+                                   requests_per_client=2)
+    request_ms = single.ttft_ms + 3 * single.per_token_ms
+    assert one.tokens_per_s == pytest.approx(4 / request_ms * 1000) and one.decode_step_ms == {1: single.per_token_ms}
+    assert set(four.decode_step_ms) == {1, 2, 4}
+    assert single.per_token_ms <= four.decode_step_ms[4] < 4 * single.per_token_ms  # a step shared by the batch
+    assert one.tokens_per_s < two.tokens_per_s < four.tokens_per_s  # concurrency 2 is not two serial requests
+    with pytest.raises(ValueError, match="concurrency"):
+        dry_run.serve(config, concurrency=(0,))
+
+
+def test_a_vocabulary_shard_keeps_the_padding_index_inside_it():
+    """gpt-oss-20b's pad_token_id 199999 at TP 4 (vocabulary 201088 / 4 per shard): the shard's
+    embedding was built with a padding index beyond its rows (issue 41 §2)."""
+    config = tiny_llama()
+    config.pad_token_id = 250
+    shard = dry_run.shard_config(config, 4)
+    assert shard.vocab_size == 64 and shard.pad_token_id == 250 % 64
+    dry_run.build(config, tp=4)  # was: AssertionError: Padding_idx must be within num_embeddings

@@ -180,3 +180,27 @@ def test_a_serving_stack_adds_its_cost_per_step(tiny, capsys):
     expected = dry_run.predict(tiny, platform="trn2", tp=1, input_tokens=8, output_tokens=3, serving="vllm-neuron")
     assert status == 0 and served["serving"] == "vllm-neuron" and "vllm-neuron serving stack" in served["source"]
     assert served["rows"][0]["per_token_ms"] == expected.per_token_ms > device["rows"][0]["per_token_ms"]
+
+
+def test_concurrency_levels_are_served_with_continuous_batching(tiny, capsys):
+    """Issue 41 §1: `predict --concurrency` serves requests at each level (the dry run's Note
+    [Serving under load]); concurrency 2 no longer costs two requests one after the other."""
+    status, result = _json(capsys, tiny, "--tp", "1", "--input-tokens", "8", "--output-tokens", "4",
+                           "--concurrency", "1,2")
+    assert status == 0 and result["concurrency"] == [1, 2]
+    one, two = result["rows"][0]["serving_levels"]
+    assert one["tokens_per_s"] == pytest.approx(result["rows"][0]["request_tokens_per_s"])
+    assert two["tokens_per_s"] > one["tokens_per_s"] and set(two["decode_step_ms"]) == {"1", "2"}
+    assert main(["predict", tiny, "--tp", "1", "--input-tokens", "8", "--output-tokens", "4",
+                 "--concurrency", "1,2"]) == 0
+    assert "served with continuous batching" in _printed(capsys)
+    assert main(["predict", tiny, "--tp", "1", "--mode", "eager", "--concurrency", "2"]) == 2
+    assert "serving under load is predicted compiled only" in _printed(capsys)
+
+
+def test_gpt_oss_20b_at_tp_4_is_answered(capsys):  # ~25 s on a 2-core machine
+    """Issue 41 §2: the vocabulary shard kept gpt-oss's padding index (199999) beyond its rows.
+    (Its experts are still costed as transformers computes them on meta: every expert, densely.)"""
+    status, result = _json(capsys, os.path.join(ROOT, "demo", "configs", "gpt-oss-20b"), "--tp", "4",
+                           "--input-tokens", "16", "--output-tokens", "3")
+    assert status == 0 and result["refused"] == [] and result["rows"][0]["tokens_per_s"] > 0

@@ -63,6 +63,24 @@ def prediction_table(result):
                  *(Text(note) for note in prediction_notes(result)))
 
 
+def serving_table(result):
+    """Requests served at each concurrency level, per platform and TP degree (continuous batching)."""
+    currency = result.get("currency")
+    table = Table(title=f"{result['label']}: served with continuous batching (closed loop, "
+                        f"{result['input_tokens']} tokens in / {result['output_tokens']} out, serving: "
+                        f"{result['serving']})")
+    for column in ("platform", "TP", "concurrency", "tokens/s", "TTFT P50 ms", "TTFT P95 ms", "TPOT P50 ms",
+                   "TPOT P95 ms", "latency P95 ms", f"{currency or 'cost'}/1M output tokens"):
+        table.add_column(column, justify="left" if column == "platform" else "right")
+    for row in result["rows"]:
+        for level in row.get("serving_levels") or []:
+            table.add_row(row["platform"], str(row["tp"]), str(level["concurrency"]), number(level["tokens_per_s"], 4),
+                          fixed(level["ttft_ms"]["p50"], 2), fixed(level["ttft_ms"]["p95"], 2),
+                          fixed(level["tpot_ms"]["p50"], 3), fixed(level["tpot_ms"]["p95"], 3),
+                          fixed(level["latency_ms"]["p95"], 2), number(level.get("per_million_output_tokens")))
+    return table
+
+
 def verdict_table(verdicts):
     table = Table(title="Stop conditions")
     for column in ("condition", "verdict", "value", "is", "limit"):
