@@ -298,14 +298,103 @@ def shard_config(config, tp):
     if kv_heads % tp and tp % kv_heads:
         raise ValueError(f"tp {tp} must divide the {kv_heads} key-value heads, or be a multiple of them (each "
                          "rank then holds one, replicated); choose another degree")
+    moe_inner = getattr(config, "moe_intermediate_size", None)  # routed experts' own width (Qwen3-MoE, DeepSeek)
+    if isinstance(moe_inner, int) and moe_inner % tp:
+        raise ValueError(f"tp {tp} must divide the experts' intermediate size {moe_inner}; choose a divisor")
     config.num_attention_heads //= tp
     config.num_key_value_heads = max(1, kv_heads // tp)
     config.intermediate_size //= tp
+    if isinstance(moe_inner, int):
+        config.moe_intermediate_size = moe_inner // tp
     config.vocab_size = -(-config.vocab_size // tp)  # vocabulary-parallel embedding and LM head
     pad = getattr(config, "pad_token_id", None)
     if isinstance(pad, int) and pad >= config.vocab_size:  # the shard holding it keeps it at its own index
         config.pad_token_id = pad % config.vocab_size
     return config
+
+
+# ---- mixture of experts (issue 41 §2) --------------------------------------------------------
+# Note [Experts as a MoE kernel runs them]
+# transformers computes routed experts on meta as its reference code does (a loop over the experts
+# hit, or every expert densely), which costs every expert's weights for every step. A MoE kernel
+# (NxD Inference's, vLLM Neuron's) runs the experts the step's tokens were routed to, as one
+# grouped matmul: for T tokens with top-k of E experts under uniform routing, the step touches
+# E * (1 - (1 - k/E)^T) distinct experts on average (k for one decoding token, all E for a long
+# prefill), reads each one's weights once, and does T * k rows of work in all. In the dry run
+# each experts module's forward is replaced by that work (_moe_kernel_forward): a batched matmul
+# over the touched experts' weights, T * k / touched rows each; the router (its linear, softmax,
+# top-k) and shared experts run as transformers computes them. TP shards the experts' inner
+# dimension (shard_config divides intermediate_size and moe_intermediate_size); the decode MBU
+# counts the experts one token touches. Not modelled: skewed routing (uniform is assumed), expert
+# parallelism.
+MOE_TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k")
+
+
+def expected_experts(experts, top_k, tokens):
+    """Distinct experts T tokens touch with top-k of E under uniform routing (at least k)."""
+    if tokens <= 0:
+        return 0
+    expected = experts * (1 - (1 - top_k / experts) ** tokens)
+    return max(min(top_k, experts), min(experts, math.ceil(expected - 1e-9)))
+
+
+def _expert_weights(module):
+    """The experts' weight matrices as [E, rows, cols] views, in the module's order."""
+    experts = getattr(module, "num_experts", None) or getattr(module, "moe_num_experts", None)
+    weights = []
+    for parameter in module.parameters():
+        if parameter.dim() == 3:
+            weights.append(parameter)
+        elif parameter.dim() == 2 and experts and parameter.shape[0] % experts == 0 and parameter.shape[0] > experts:
+            weights.append(parameter.view(experts, parameter.shape[0] // experts, parameter.shape[1]))  # DBRX
+    return weights
+
+
+def _moe_kernel_forward(module, top_k):
+    weights = _expert_weights(module)
+    experts = weights[0].shape[0]
+
+    def forward(hidden_states, *args, **kwargs):
+        hidden = hidden_states.shape[-1]
+        tokens = hidden_states.numel() // hidden
+        touched = expected_experts(experts, top_k, tokens)
+        rows = math.ceil(tokens * top_k / touched)
+        x = hidden_states.new_zeros(touched, rows, hidden)
+        for weight in weights:
+            weight = weight[:touched]
+            if x.shape[-1] == weight.shape[1]:
+                x = torch.bmm(x, weight)
+            elif x.shape[-1] == weight.shape[2]:
+                x = torch.bmm(x, weight.transpose(1, 2))
+            else:  # after a gated unit: half the width (gate * up)
+                width = weight.shape[1] if weight.shape[1] < x.shape[-1] else weight.shape[2]
+                x = x[..., :width]
+                x = torch.bmm(x, weight if weight.shape[1] == width else weight.transpose(1, 2))
+        return hidden_states + x.sum().to(hidden_states.dtype)
+    return forward
+
+
+def _top_k(config):
+    """Experts per token of a mixture-of-experts config, or None."""
+    top_k = next((getattr(config, name) for name in MOE_TOP_K if isinstance(getattr(config, name, None), int)), None)
+    ffn = getattr(config, "ffn_config", None)  # DBRX keeps it there
+    if top_k is None and ffn is not None:
+        top_k = getattr(ffn, "moe_top_k", None)
+    return top_k
+
+
+def _routed_experts_as_a_kernel(model):
+    """Note [Experts as a MoE kernel runs them]: each experts module of `model` (a class named
+    ...Experts holding per-expert weight matrices) computes what a MoE kernel does."""
+    top_k = _top_k(model.config)
+    if not top_k:
+        return 0
+    replaced = 0
+    for module in model.modules():
+        if type(module).__name__.endswith("Experts") and _expert_weights(module):
+            module.forward = _moe_kernel_forward(module, top_k)
+            replaced += 1
+    return replaced
 
 
 def _load_config(config_or_dir):
@@ -326,6 +415,7 @@ def build(config_or_dir, tp=1, dtype=torch.bfloat16, layers=None, attention=ATTE
     _register_attention()
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attention)
+    _routed_experts_as_a_kernel(model)
     return model.eval()
 
 
@@ -423,6 +513,7 @@ def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, 
                                        torch.arange(input_tokens, input_tokens + step_tokens, device="meta"),
                                        allocated(decode_cache_len, batch))):
             before_ns, before_calls = costs.ns, costs.calls
+            cache_length = cache_len if ids.shape[0] == 1 and ids.shape[1] == prefill_tokens else decode_cache_len
             try:
                 forward(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
                         cache_position=positions)
@@ -430,7 +521,7 @@ def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, 
                 torch._dynamo.reset()
                 raise RuntimeError(
                     f"the dry run could not trace this {model.config.model_type} model compiled (a forward of "
-                    f"{ids.shape[1]} tokens over a static cache of {cache.get_max_cache_shape()}): "
+                    f"{ids.shape[1]} tokens over a static cache of {cache_length} positions): "
                     f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}. "
                     "Try mode='eager' (--mode eager)") from error
             measured.append((costs.ns - before_ns, costs.calls - before_calls))
@@ -496,6 +587,12 @@ def _model_figures(config, tp, input_tokens, context, itemsize=2):
         model = AutoModelForCausalLM.from_config(shard)
     embedding = model.get_input_embeddings().weight
     weights = sum(p.numel() for p in model.parameters() if p is not embedding)
+    top_k = _top_k(shard)
+    for module in model.modules():  # a decode step reads the experts one token touches (Note [Experts as ...])
+        experts = _expert_weights(module) if type(module).__name__.endswith("Experts") and top_k else []
+        if experts:
+            count = experts[0].shape[0]
+            weights -= sum(w.numel() for w in experts) * (1 - expected_experts(count, top_k, 1) / count)
     head = model.get_output_embeddings()
     if head is not None and head.weight is embedding:
         weights += embedding.numel()  # tied: the LM head reads the embedding's matrix

@@ -318,3 +318,57 @@ def test_a_vocabulary_shard_keeps_the_padding_index_inside_it():
     shard = dry_run.shard_config(config, 4)
     assert shard.vocab_size == 64 and shard.pad_token_id == 250 % 64
     dry_run.build(config, tp=4)  # was: AssertionError: Padding_idx must be within num_embeddings
+
+
+# ---- mixture of experts (issue 41 §2, Note [Experts as a MoE kernel runs them]) -------------
+
+def _moe_configs():
+    common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=256)
+    return {
+        "mixtral": transformers.MixtralConfig(**common, head_dim=16, num_local_experts=8, num_experts_per_tok=2),
+        "qwen3_moe": transformers.Qwen3MoeConfig(**common, head_dim=16, num_experts=8, num_experts_per_tok=2,
+                                                 moe_intermediate_size=32, decoder_sparse_step=1),
+        "olmoe": transformers.OlmoeConfig(**common, num_experts=8, num_experts_per_tok=2),
+        "gpt_oss": transformers.GptOssConfig(**common, head_dim=16, num_local_experts=8, num_experts_per_tok=2,
+                                             layer_types=["sliding_attention", "full_attention"], pad_token_id=250),
+        "deepseek_v3": transformers.DeepseekV3Config(**common, n_routed_experts=8, num_experts_per_tok=2,
+                                                     moe_intermediate_size=32, first_k_dense_replace=1, n_group=1,
+                                                     topk_group=1, q_lora_rank=32, kv_lora_rank=16,
+                                                     qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16),
+        "dbrx": transformers.DbrxConfig(d_model=64, n_heads=4, n_layers=2, vocab_size=256,
+                                        ffn_config={"ffn_hidden_size": 128, "moe_num_experts": 8, "moe_top_k": 2},
+                                        attn_config={"kv_n_heads": 2}),
+    }
+
+
+# what each tiny MoE config does at TP 1 and 2: answers, or the reason it is refused
+MOE_SWEEP = {("olmoe", 2): "could not trace this olmoe model compiled",  # q/k norms span every head
+             ("dbrx", 1): "shards Llama-style decoder configs", ("dbrx", 2): "shards Llama-style decoder configs"}
+
+
+@pytest.mark.parametrize("architecture", ["mixtral", "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v3", "dbrx"])
+def test_moe_architectures_predict_or_refuse_with_the_reason(architecture):
+    config = _moe_configs()[architecture]
+    for tp in (1, 2):
+        refused = MOE_SWEEP.get((architecture, tp))
+        if refused:
+            with pytest.raises((ValueError, RuntimeError), match=refused):
+                dry_run.predict(config, "trn2", tp=tp, input_tokens=16, output_tokens=3)
+        else:
+            p = dry_run.predict(config, "trn2", tp=tp, input_tokens=16, output_tokens=3)
+            assert p.ttft_ms > 0 and p.per_token_ms > 0 and 0 < p.mbu_decode < 1, (architecture, tp, p)
+
+
+def test_a_decode_step_reads_the_experts_one_token_touches():
+    def mixtral(experts):
+        return transformers.MixtralConfig(hidden_size=64, intermediate_size=512, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, vocab_size=256, head_dim=16,
+                                          num_local_experts=experts, num_experts_per_tok=2)
+    few, many = (dry_run.predict(mixtral(e), "trn2", tp=1, input_tokens=64, output_tokens=3) for e in (2, 32))
+    assert many.per_token_ms == pytest.approx(few.per_token_ms, rel=1e-6)  # two experts read either way
+    assert many.ttft_ms > few.ttft_ms  # a 64-token prefill touches nearly all 32
+    assert dry_run.expected_experts(32, 4, 1) == 4 and dry_run.expected_experts(32, 4, 128) == 32
+    assert dry_run.expected_experts(32, 4, 8) == 22  # 32 * (1 - (28/32)^8) = 21.3, rounded up
+    model = dry_run.build(mixtral(8))
+    assert dry_run._routed_experts_as_a_kernel(model) == 2  # one experts module per layer
