@@ -19,6 +19,13 @@ def _int_list(text):
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _float_list(text):
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
 def _str_list(text):
     return [part.strip() for part in text.split(",") if part.strip()]
 
@@ -56,6 +63,9 @@ def parser():
     predict.add_argument("--concurrency", type=_int_list,
                          help="also serve requests at these concurrency levels with continuous batching, e.g. 1,4,16 "
                               "(compiled; the dry run's Note [Serving under load])")
+    predict.add_argument("--rate", type=_float_list,
+                         help="also serve requests arriving at these rates (requests/s, open loop), e.g. 2,8; the "
+                              "largest --concurrency level is the stack's batch")
     predict.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     fit = commands.add_parser("fit", help="does the model fit? parameters + KV cache per core, from its config")
@@ -146,14 +156,16 @@ def _predict(args, console):
     try:
         if args.model.endswith(".toml") and os.path.isfile(args.model):
             result = for_workload(load(args.model), args.platform, args.tp, args.lnc, args.input_tokens,
-                                  args.output_tokens, args.mode, args.serving, concurrency=args.concurrency)
+                                  args.output_tokens, args.mode, args.serving, concurrency=args.concurrency,
+                                  rates=args.rate)
         elif not args.tp:
             raise PredictError("--tp: give the tensor-parallel degrees to predict, e.g. --tp 4,16,64")
         else:
             result = predict(config_folder(args.model), args.platform or ["trn2"], args.tp, args.lnc,
                              DEFAULT_TOKENS if args.input_tokens is None else args.input_tokens,
                              DEFAULT_TOKENS if args.output_tokens is None else args.output_tokens,
-                             args.mode or "compiled", serving=args.serving, concurrency=args.concurrency)
+                             args.mode or "compiled", serving=args.serving, concurrency=args.concurrency,
+                             rates=args.rate)
     except (PredictError, WorkloadError) as error:
         console.print(f"[red]predict: {escape(str(error))}")
         return 2

@@ -345,7 +345,8 @@ def decision(a, b):
             "cost_per_million": {"measured": gpu_cost, "predicted": trn_cost,
                                  "predicted_range": None if trn_cost is None or error is None or error >= 1 else
                                  [trn_cost / (1 + error), trn_cost / (1 - error)]},
-            "platforms": platforms, "platforms_label": prediction.get("label"),
+            "platforms": platforms, "platforms_label": prediction.get("label"), "platforms_loop": prediction.get("loop"),
+            "levels_loop": _get(trn["sections"], ("speed", "target", "loop")),
             "measured_cost_at_concurrency_1": gpu_cost_one,
             "one_time": {"engineering": engineering, "engineering_hours": one_time.get("engineering_hours")},
             "tokens_per_month": tokens_per_month,
@@ -392,6 +393,9 @@ def _print_decision(console, result):
                           _fmt(row["latency_ms"]), _fmt(row["ttft_ms"]), _fmt(row["per_million_tokens"]),
                           "n/a" if months is None else f"{months:.3g} months")
         console.print(table)
+    for what, loop in (("the concurrency levels", d.get("levels_loop")), ("the per-platform rows", d.get("platforms_loop"))):
+        if loop:
+            console.print(f"  loop of {what}: {escape(loop)}")
     console.print(f"  one-time cost: {_fmt(d['one_time']['engineering'])} {d['currency']} "
                   f"({_fmt(d['one_time']['engineering_hours'])} engineering hours), apart from the running cost")
     console.print(f"  {d['break_even']['line']}")

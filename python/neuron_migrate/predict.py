@@ -31,6 +31,11 @@ def _dry_run():
     return dry_run
 
 
+def loop_of(mode, serving):
+    """The generation loop the dry run's figures assume."""
+    return _dry_run().loop_of(mode, serving)
+
+
 def cost_model():
     """(cost model version, calibration error as a fraction or None): what labels a prediction."""
     dry_run = _dry_run()
@@ -47,13 +52,15 @@ def dry_run_figures(config_dir, platform, tp, lnc, input_tokens, output_tokens, 
     figures = {name: getattr(prediction, name)
                for name in ("ttft_ms", "per_token_ms", "tokens_per_s", "mfu_prefill", "mbu_decode")}
     return {name: None if math.isnan(value) else value for name, value in figures.items()}
-def dry_run_serving(config_dir, platform, tp, lnc, input_tokens, output_tokens, concurrency, serving="device"):
+def dry_run_serving(config_dir, platform, tp, lnc, input_tokens, output_tokens, concurrency, serving="device",
+                    rates=()):
     """[{concurrency, tokens_per_s, ttft_ms, tpot_ms, latency_ms, decode_step_ms}] of requests served
     at each concurrency level with continuous batching (the dry run's Note [Serving under load])."""
     levels = _dry_run().serve(config_dir, platform=platform, tp=tp, logical_nc_config=lnc,
                               input_tokens=input_tokens, output_tokens=output_tokens, concurrency=tuple(concurrency),
-                              serving=serving)
-    return [{"concurrency": level.concurrency, "requests": level.requests, "tokens_per_s": level.tokens_per_s,
+                              serving=serving, rates=tuple(rates))
+    return [{"concurrency": level.concurrency, "rate_per_s": level.rate_per_s, "requests": level.requests,
+             "tokens_per_s": level.tokens_per_s,
              "ttft_ms": level.ttft_ms, "tpot_ms": level.tpot_ms, "latency_ms": level.latency_ms,
              "decode_step_ms": {str(b): ms for b, ms in level.decode_step_ms.items()}} for level in levels]
 # -- end of the adapter ----------------------------------------------------------------------
@@ -125,13 +132,17 @@ def argument_problems(platform_names, tps, lnc, input_tokens, output_tokens, mod
 
 def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_tokens=DEFAULT_TOKENS,
             output_tokens=DEFAULT_TOKENS, mode="compiled", prices=None, currency=None, serving="device",
-            concurrency=None):
+            concurrency=None, rates=None):
     """The prediction table: one row per platform and TP degree ("refused" lists the degrees that
     do not divide the model, with the dry run's reason). PredictError for bad arguments.
     `serving` adds a serving stack's fixed cost per step (the dry run's serving stacks)."""
     problems = argument_problems(platform_names, tps, lnc, input_tokens, output_tokens, mode)
     if concurrency and mode != "compiled":
         problems.append(("concurrency", "serving under load is predicted compiled only (as the stacks run)"))
+    if rates and not concurrency:
+        problems.append(("rate", "give --concurrency too: its largest level is the stack's batch (max_num_seqs)"))
+    if rates and any(r <= 0 for r in rates):
+        problems.append(("rate", f"expected request rates above 0, got {rates}"))
     if concurrency and any(c < 1 for c in concurrency):
         problems.append(("concurrency", f"expected positive integers, got {concurrency}"))
     if problems:
@@ -163,20 +174,20 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
                     {**level, "per_million_output_tokens": per_million_tokens(price, platform, platform_lnc, tp,
                                                                               level["tokens_per_s"])}
                     for level in dry_run_serving(config_dir, platform, tp, platform_lnc, input_tokens, output_tokens,
-                                                 concurrency, serving)]
+                                                 concurrency, serving, rates or ())]
             rows.append(row)
     return {"label": label(version, calibration_error), "cost_model_version": version,
             "calibration_error": calibration_error, "config": os.path.abspath(config_dir), "mode": mode,
             "batch": 1, "input_tokens": input_tokens, "output_tokens": output_tokens, "currency": currency,
             "cost_assumptions": assumptions, "rows": rows, "refused": refused,
-            "serving": serving, "concurrency": list(concurrency or []),
+            "serving": serving, "concurrency": list(concurrency or []), "rates": list(rates or []), "loop": loop_of(mode, serving),
             "source": "dry run of torch-neuron-sim (meta device, no weights; bfloat16, batch 1, greedy; " +
                       ("the device alone, no serving stack's cost per step)" if serving == "device" else
                        f"with the {serving} serving stack's fixed cost per step)")}
 
 
 def for_workload(workload, platform_names=None, tps=None, lnc=None, input_tokens=None, output_tokens=None,
-                 mode=None, serving="device", concurrency=None):
+                 mode=None, serving="device", concurrency=None, rates=None):
     """predict() for a workload file: its model's config, its [predict] table, its longest request
     and its prices; each argument given overrides the workload's."""
     if not workload.model.path:
@@ -194,7 +205,7 @@ def for_workload(workload, platform_names=None, tps=None, lnc=None, input_tokens
     output_tokens = _given(output_tokens, wanted.output_tokens, workload.inputs.max_new_tokens)
     return predict(folder, platform_names or wanted.platforms, tps, _given(lnc, wanted.lnc), input_tokens,
                    output_tokens, mode or wanted.mode, workload.cost.price_per_hour, workload.cost.currency,
-                   serving, concurrency)
+                   serving, concurrency, rates)
 
 
 def _given(*values):

@@ -135,5 +135,8 @@ def serve(loaded, device, requests, serve_config, max_new_tokens):
     if clock:
         platform, lnc = devices.platform(device)
         result.update(predicted_label=_predicted_label(), platform=platform, lnc=lnc,
-                      predicted_note="torch_neuronx.device_time() read around each request: device work only")
+                      predicted_note="torch_neuronx.device_time() read around each request: device work only",
+                      loop="transformers' generate() as this run calls it: the forward and the eager device ops "
+                           "generate adds around it each token (requests served at once share the device's "
+                           "timeline: one after the other)")
     return result

@@ -174,10 +174,23 @@ class Prediction:
     mfu_prefill: float  # the prefill's model FLOPs over the TTFT, against the rank's BF16 peak
     mbu_decode: float  # a decode step's weight and KV-cache bytes over its time, against the rank's HBM peak
     prefill_tokens: int = 0  # the prefill's length as run: the prompt padded to the serving stack's bucket
+    loop: str = ""  # the generation loop the figures assume (loop_of)
 
     @property
     def tokens_per_s(self):
         return 1000.0 / self.per_token_ms if self.per_token_ms > 0 else float("nan")
+
+
+def loop_of(mode, serving):
+    """The generation loop a prediction assumes (issue 41 §5: two predictions of "the same thing"
+    disagreed 175x without saying which loop each assumed)."""
+    if serving != "device":
+        return (f"the {serving} serving stack's loop: the model's programs per step plus the stack's fixed cost per "
+                "step (data/serving.toml), sampling inside the step")
+    steps = "one compiled program per step" if mode == "compiled" else "the model's eager ops per step"
+    return (f"the model's forward alone: {steps}, greedy choice included; not the device ops transformers' "
+            "generate() adds around it each token (argmax, stopping criteria, cache_position: about 40 eager "
+            "launches a token, which `neuron-migrate run` measures on the live device)")
 
 
 def calibration_error():
@@ -661,7 +674,7 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_
         collectives_ms_per_token=step_collectives / 1e6,
         mfu_prefill=flops / (ttft_ns * 1e-9) / peak_flops,
         mbu_decode=step_bytes / (per_token_ns * 1e-9) / peak_bytes if output_tokens > 1 else float("nan"),
-        prefill_tokens=prefill_tokens)
+        prefill_tokens=prefill_tokens, loop=loop_of(mode, serving))
 
 
 # ---- serving under load (issue 41 §1) -------------------------------------------------------
@@ -672,8 +685,9 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_
 # generation), for B in the stack's batch buckets (powers of two up to max_num_seqs, the level's
 # concurrency: a step of b running sequences runs the smallest bucket that holds them, as vLLM
 # Neuron pads its decode batch). simulate() then serves requests over those step costs:
-# - closed loop: `concurrency` clients, each sending its next request when its last one ends,
-#   `requests_per_client` each, all starting at time 0;
+# - closed loop (simulate): `concurrency` clients, each sending its next request when its last one
+#   ends, `requests_per_client` each, all starting at time 0; open loop (simulate_rate): requests
+#   arriving at a fixed rate, at most max_num_seqs running at once, the others waiting;
 # - the scheduler, as vLLM's default without chunked prefill: waiting requests' prefills run
 #   before the next decode step (prefills first, one request at a time); a request's first token
 #   comes from its prefill;
@@ -695,6 +709,7 @@ class ServingLevel:
     tpot_ms: dict
     latency_ms: dict
     decode_step_ms: dict  # batch bucket -> one decode step's time, collectives and stack overhead included
+    rate_per_s: float = None  # open loop: the arrival rate (None: closed loop at `concurrency`)
 
 
 def _percentiles(values):
@@ -716,26 +731,30 @@ def batch_buckets(max_num_seqs):
     return buckets + [max_num_seqs]
 
 
-def simulate(prefill_ms, decode_step_ms, output_tokens, concurrency, requests_per_client=4):
-    """Note [Serving under load]: serves `concurrency` closed-loop clients over the step costs
-    (`decode_step_ms`: batch bucket -> ms of one step); returns a ServingLevel."""
+def _serve_requests(prefill_ms, decode_step_ms, output_tokens, arrivals, max_running, next_arrival):
+    """The scheduler of Note [Serving under load] over `arrivals` [(time, client)]; a finished
+    request's client asks `next_arrival(client, now)` for its next one (None: no more). Returns
+    ([(arrival, first token, end)], the time the last request ended)."""
     buckets = sorted(decode_step_ms)
-    waiting = [(0.0, client) for client in range(concurrency)]  # (arrival, client)
-    left = {client: requests_per_client for client in range(concurrency)}
+    waiting = list(arrivals)
     running = []  # [arrival, first_token_at, tokens_made, client]
     done = []
     now = 0.0
+
+    def finished(request):
+        done.append((request[0], request[1], now))
+        follow = next_arrival(request[3], now)
+        if follow is not None:
+            waiting.append((follow, request[3]))
+
     while waiting or running:
         waiting.sort()
-        if waiting and waiting[0][0] <= now:
+        if waiting and waiting[0][0] <= now and len(running) < max_running:
             arrival, client = waiting.pop(0)
             now += prefill_ms
             request = [arrival, now, 1, client]
             if output_tokens == 1:
-                done.append((request, now))
-                left[client] -= 1
-                if left[client]:
-                    waiting.append((now, client))
+                finished(request)
             else:
                 running.append(request)
             continue
@@ -748,27 +767,53 @@ def simulate(prefill_ms, decode_step_ms, output_tokens, concurrency, requests_pe
             request[2] += 1
             if request[2] == output_tokens:
                 running.remove(request)
-                done.append((request, now))
-                client = request[3]
-                left[client] -= 1
-                if left[client]:
-                    waiting.append((now, client))
-    ttft = [request[1] - request[0] for request, _ in done]
-    latency = [end - request[0] for request, end in done]
-    tpot = [(end - request[1]) / (output_tokens - 1) for request, end in done if output_tokens > 1]
+                finished(request)
+    return done, now
+
+
+def _level(done, span_ms, output_tokens, concurrency, decode_step_ms, rate=None):
+    ttft = [first - arrival for arrival, first, _ in done]
+    latency = [end - arrival for arrival, _, end in done]
+    tpot = [(end - first) / (output_tokens - 1) for _, first, end in done if output_tokens > 1]
     return ServingLevel(concurrency=concurrency, requests=len(done),
-                        tokens_per_s=len(done) * output_tokens / now * 1000 if now > 0 else float("nan"),
+                        tokens_per_s=len(done) * output_tokens / span_ms * 1000 if span_ms > 0 else float("nan"),
                         ttft_ms=_percentiles(ttft), tpot_ms=_percentiles(tpot), latency_ms=_percentiles(latency),
-                        decode_step_ms=dict(decode_step_ms))
+                        decode_step_ms=dict(decode_step_ms), rate_per_s=rate)
+
+
+def simulate(prefill_ms, decode_step_ms, output_tokens, concurrency, requests_per_client=4):
+    """Note [Serving under load]: serves `concurrency` closed-loop clients over the step costs
+    (`decode_step_ms`: batch bucket -> ms of one step); returns a ServingLevel."""
+    left = {client: requests_per_client for client in range(concurrency)}
+
+    def again(client, now):
+        left[client] -= 1
+        return now if left[client] else None
+    done, end = _serve_requests(prefill_ms, decode_step_ms, output_tokens,
+                                [(0.0, client) for client in range(concurrency)], concurrency, again)
+    return _level(done, end, output_tokens, concurrency, decode_step_ms)
+
+
+def simulate_rate(prefill_ms, decode_step_ms, output_tokens, rate_per_s, requests, max_num_seqs):
+    """Open loop: `requests` arriving at `rate_per_s` (evenly spaced), at most `max_num_seqs`
+    running at once (the stack's batch), the rest waiting; a ServingLevel whose `concurrency` is
+    max_num_seqs. Throughput counts from the first arrival to the last answer."""
+    arrivals = [(index * 1000.0 / rate_per_s, index) for index in range(requests)]
+    done, end = _serve_requests(prefill_ms, decode_step_ms, output_tokens, arrivals, max_num_seqs,
+                                lambda client, now: None)
+    return _level(done, end, output_tokens, max_num_seqs, decode_step_ms, rate=rate_per_s)
 
 
 def serve(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_tokens=192, output_tokens=192,
-          concurrency=(1,), serving="device", max_model_len=None, requests_per_client=4):
+          concurrency=(1,), serving="device", max_model_len=None, requests_per_client=4, rates=()):
     """[ServingLevel] per concurrency level (Note [Serving under load]), compiled programs: one
     request's prefill and a decode step per batch bucket up to the largest level, each costed as
-    predict() costs it (collectives, the stack's fixed cost per step)."""
+    predict() costs it (collectives, the stack's fixed cost per step); then one per arrival rate in
+    `rates` (requests/s, open loop, max_num_seqs the largest concurrency level)."""
     if not concurrency or any(not isinstance(c, int) or c < 1 for c in concurrency):
         raise ValueError(f"concurrency {concurrency!r}: give one or more whole numbers of requests, 1 or more")
+    if any(not isinstance(r, (int, float)) or r <= 0 for r in rates):
+        raise ValueError(f"rates {rates!r}: give request rates (requests per second) above 0")
     single = predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, "compiled",
                      serving, 1, max_model_len)  # validates the arguments; batch 1's step and TTFT
     config = _load_config(config_or_dir)
@@ -787,6 +832,10 @@ def serve(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_to
     for c in concurrency:
         buckets = {b: steps[b] for b in batch_buckets(c)}
         levels.append(simulate(single.ttft_ms, buckets, output_tokens, c, requests_per_client))
+    most = max(concurrency)
+    for rate in rates:
+        buckets = {b: steps[b] for b in batch_buckets(most)}
+        levels.append(simulate_rate(single.ttft_ms, buckets, output_tokens, rate, requests_per_client * most, most))
     return levels
 
 
@@ -819,6 +868,7 @@ def main(argv=None):
     print(f"TTFT {p.ttft_ms:.1f} ms, per token {p.per_token_ms:.2f} ms ({p.tokens_per_s:.1f} tokens/s), "
           f"collectives {p.collectives_ms_per_token:.2f} ms per token, MFU (prefill) {p.mfu_prefill:.1%}, "
           f"MBU (decode) {p.mbu_decode:.1%}, launches prefill/step {p.prefill_launches}/{p.decode_launches}")
+    print(f"loop: {p.loop}")
     if p.prefill_tokens != args.input_tokens:
         print(f"the prefill runs {p.prefill_tokens} positions: {args.serving} pads the prompt to its bucket")
 

@@ -372,3 +372,14 @@ def test_a_decode_step_reads_the_experts_one_token_touches():
     assert dry_run.expected_experts(32, 4, 8) == 22  # 32 * (1 - (28/32)^8) = 21.3, rounded up
     model = dry_run.build(mixtral(8))
     assert dry_run._routed_experts_as_a_kernel(model) == 2  # one experts module per layer
+
+
+def test_an_open_loop_at_a_request_rate_queues_beyond_the_batch():
+    # requests every 100 ms, each 20 ms of prefill and 4 steps of 10 ms: never two at once
+    slow = dry_run.simulate_rate(20.0, {1: 10.0}, output_tokens=5, rate_per_s=10, requests=3, max_num_seqs=1)
+    assert (slow.requests, slow.ttft_ms["p95"], slow.latency_ms["p95"], slow.rate_per_s) == (3, 20.0, 60.0, 10)
+    assert slow.tokens_per_s == pytest.approx(15 / 260 * 1000)  # the last answer at 200 + 60 ms
+    # all at once with one sequence at a time: the third waits for both before it
+    burst = dry_run.simulate_rate(20.0, {1: 10.0}, output_tokens=5, rate_per_s=1e9, requests=3, max_num_seqs=1)
+    assert burst.latency_ms == {"p50": pytest.approx(120.0), "p95": pytest.approx(174.0)}  # 60, 120, 180 ms
+    assert burst.ttft_ms["p50"] == pytest.approx(80.0)  # 20, 80, 140 ms

@@ -204,3 +204,28 @@ def test_gpt_oss_20b_at_tp_4_is_answered(capsys):  # ~25 s on a 2-core machine
     status, result = _json(capsys, os.path.join(ROOT, "demo", "configs", "gpt-oss-20b"), "--tp", "4",
                            "--input-tokens", "16", "--output-tokens", "3")
     assert status == 0 and result["refused"] == [] and result["rows"][0]["tokens_per_s"] > 0
+
+
+def test_each_prediction_names_the_loop_it_assumes(tiny, capsys):
+    """Issue 41 §5: the dry run's figures are the model's forward alone (or a serving stack's
+    loop); the live run's are transformers' generate as run: each says which."""
+    status, result = _json(capsys, tiny, "--tp", "1", "--input-tokens", "8", "--output-tokens", "4")
+    assert status == 0 and result["loop"].startswith("the model's forward alone: one compiled program per step")
+    status, result = _json(capsys, tiny, "--tp", "1", "--input-tokens", "8", "--output-tokens", "4",
+                           "--serving", "vllm-neuron")
+    assert result["loop"].startswith("the vllm-neuron serving stack's loop")
+    assert main(["predict", tiny, "--tp", "1", "--input-tokens", "8", "--output-tokens", "4"]) == 0
+    assert "loop: the model's forward alone" in _printed(capsys)
+    assert dry_run.predict(tiny, "trn2", 1, input_tokens=8, output_tokens=2, mode="eager").loop.startswith(
+        "the model's forward alone: the model's eager ops per step")
+
+
+def test_request_rates_are_served_open_loop(tiny, capsys):
+    status, result = _json(capsys, tiny, "--tp", "1", "--input-tokens", "8", "--output-tokens", "4",
+                           "--concurrency", "2", "--rate", "1,1e9")
+    assert status == 0 and result["rates"] == [1.0, 1e9]
+    closed, slow, burst = result["rows"][0]["serving_levels"]
+    assert closed["rate_per_s"] is None and (slow["rate_per_s"], slow["concurrency"]) == (1.0, 2)
+    assert burst["ttft_ms"]["p95"] > slow["ttft_ms"]["p95"]  # all at once: requests wait for the batch
+    assert main(["predict", tiny, "--tp", "1", "--rate", "2"]) == 2  # a rate needs --concurrency (the batch)
+    assert "give --concurrency too" in _printed(capsys)

@@ -112,6 +112,7 @@ def test_speed_levels_and_timing_label(demo):
             assert level["latency_ms"]["p50"] <= level["latency_ms"]["p95"] <= level["latency_ms"]["p99"]
             assert level["ttft_ms"]["p50"] is not None
     assert "not a Trainium prediction" in speed["target"]["timing"]
+    assert speed["target"]["loop"].startswith("transformers' generate() as this run calls it")  # issue 41 §5
 
 
 def test_fit_memory_and_roofline(demo):

@@ -182,7 +182,8 @@ def _predicted_speed(target, report):
              ms(p["per_token_ms"]["p50"]), fraction(p.get("mfu")), fraction(p.get("mbu"))]
             for level in levels for p in [level["predicted"]]]
     return [("p", f"**{target.get('predicted_label')}** on {target.get('platform')} (LNC {target.get('lnc')}), the "
-                  f"same requests: {target.get('predicted_note')}."),
+                  f"same requests: {target.get('predicted_note')}."
+                  + (f" Loop: {target['loop']}." if target.get("loop") else "")),
             ("table", ["device", "concurrency", "tokens/s", "P50", "P95", "P99", "TTFT P50", "TTFT P95",
                        "per token P50", "MFU", "MBU"], rows)]
 

@@ -41,7 +41,7 @@ def prediction_title(result):
 
 def prediction_notes(result):
     """The lines under the prediction table: where the figures come from and the cost rule."""
-    notes = [f"from the {result['source']}"]
+    notes = [f"from the {result['source']}"] + ([f"loop: {result['loop']}"] if result.get("loop") else [])
     notes += list(result.get("cost_assumptions", {}).values()) or [
         "no cost: no price_per_hour for these platforms (or neuron): give a workload file with [cost] prices"]
     return notes
@@ -66,15 +66,18 @@ def prediction_table(result):
 def serving_table(result):
     """Requests served at each concurrency level, per platform and TP degree (continuous batching)."""
     currency = result.get("currency")
-    table = Table(title=f"{result['label']}: served with continuous batching (closed loop, "
+    table = Table(title=f"{result['label']}: served with continuous batching (closed loop at each concurrency, "
+                        "open loop at each rate, "
                         f"{result['input_tokens']} tokens in / {result['output_tokens']} out, serving: "
                         f"{result['serving']})")
-    for column in ("platform", "TP", "concurrency", "tokens/s", "TTFT P50 ms", "TTFT P95 ms", "TPOT P50 ms",
+    for column in ("platform", "TP", "load", "tokens/s", "TTFT P50 ms", "TTFT P95 ms", "TPOT P50 ms",
                    "TPOT P95 ms", "latency P95 ms", f"{currency or 'cost'}/1M output tokens"):
         table.add_column(column, justify="left" if column == "platform" else "right")
     for row in result["rows"]:
         for level in row.get("serving_levels") or []:
-            table.add_row(row["platform"], str(row["tp"]), str(level["concurrency"]), number(level["tokens_per_s"], 4),
+            load = (f"concurrency {level['concurrency']}" if level.get("rate_per_s") is None else
+                    f"{level['rate_per_s']:g} req/s (batch {level['concurrency']})")
+            table.add_row(row["platform"], str(row["tp"]), load, number(level["tokens_per_s"], 4),
                           fixed(level["ttft_ms"]["p50"], 2), fixed(level["ttft_ms"]["p95"], 2),
                           fixed(level["tpot_ms"]["p50"], 3), fixed(level["tpot_ms"]["p95"], 3),
                           fixed(level["latency_ms"]["p95"], 2), number(level.get("per_million_output_tokens")))
