@@ -319,6 +319,19 @@ def decision(a, b):
     first = gpu_levels.get(1)
     gpu_cost_one = (gpu_price / 3600 / first["tokens_per_s"] * 1e6
                     if gpu_price is not None and first and first.get("tokens_per_s") else None)
+    served = []  # the dry run's continuous batching at the workload's concurrency, beside the GPU's same level
+    for row in prediction.get("rows") or []:
+        for level in row.get("serving_levels") or []:
+            measured = gpu_levels.get(level["concurrency"])
+            gpu_cost_here = (gpu_price / 3600 / measured["tokens_per_s"] * 1e6
+                             if gpu_price is not None and measured and measured.get("tokens_per_s") else None)
+            cost = level.get("per_million_output_tokens")
+            served.append({"platform": row["platform"], "tp": row["tp"], "concurrency": level["concurrency"],
+                           "tokens_per_s": level["tokens_per_s"], "ttft_p95_ms": level["ttft_ms"]["p95"],
+                           "latency_p95_ms": level["latency_ms"]["p95"], "per_million_tokens": cost,
+                           "measured_tokens_per_s": measured["tokens_per_s"] if measured else None,
+                           "measured_per_million_tokens": gpu_cost_here,
+                           "break_even": _break_even(engineering, gpu_cost_here, cost, tokens_per_month, currency)})
     platforms = []
     for row in prediction.get("rows") or []:
         cost = row.get("per_million_output_tokens")
@@ -347,7 +360,7 @@ def decision(a, b):
                                  [trn_cost / (1 + error), trn_cost / (1 - error)]},
             "platforms": platforms, "platforms_label": prediction.get("label"), "platforms_loop": prediction.get("loop"),
             "levels_loop": _get(trn["sections"], ("speed", "target", "loop")),
-            "measured_cost_at_concurrency_1": gpu_cost_one,
+            "measured_cost_at_concurrency_1": gpu_cost_one, "served": served,
             "one_time": {"engineering": engineering, "engineering_hours": one_time.get("engineering_hours")},
             "tokens_per_month": tokens_per_month,
             "break_even": _break_even(engineering, gpu_cost, trn_cost, tokens_per_month, currency), "notes": notes}
@@ -391,6 +404,19 @@ def _print_decision(console, result):
             months = row["break_even"]["months"]
             table.add_row(row["platform"], str(row["tp"]), str(row["lnc"]), _fmt(row["tokens_per_s"]),
                           _fmt(row["latency_ms"]), _fmt(row["ttft_ms"]), _fmt(row["per_million_tokens"]),
+                          "n/a" if months is None else f"{months:.3g} months")
+        console.print(table)
+    if d.get("served"):
+        table = Table(title="Trainium served with continuous batching at the workload's concurrency (dry run) against "
+                            "the measured run at the same concurrency")
+        for column in ("platform", "TP", "concurrency", "tokens/s measured", "tokens/s predicted", "TTFT P95 ms",
+                       "latency P95 ms", f"{d['currency']}/1M measured", f"{d['currency']}/1M predicted", "break-even"):
+            table.add_column(column)
+        for row in d["served"]:
+            months = row["break_even"]["months"]
+            table.add_row(row["platform"], str(row["tp"]), str(row["concurrency"]), _fmt(row["measured_tokens_per_s"]),
+                          _fmt(row["tokens_per_s"]), _fmt(row["ttft_p95_ms"]), _fmt(row["latency_p95_ms"]),
+                          _fmt(row["measured_per_million_tokens"]), _fmt(row["per_million_tokens"]),
                           "n/a" if months is None else f"{months:.3g} months")
         console.print(table)
     for what, loop in (("the concurrency levels", d.get("levels_loop")), ("the per-platform rows", d.get("platforms_loop"))):

@@ -82,7 +82,12 @@ class _Run:
             return {"skipped": "no TP degrees asked for ([predict] tp in the workload, or run --predict-tp)"}
         if not self._config_path():
             return {"skipped": "a factory model has no config.json for the dry run"}
-        result = predict.for_workload(self.workload, tps=self.predict_tp)
+        # the workload's concurrency levels served as a stack serves them (continuous batching):
+        # concurrent requests share decode steps, not one after the other as on the live clock
+        concurrency = list(self.workload.serve.concurrency) if self.workload.task == "generate" else None
+        mode = self.workload.predict.mode
+        result = predict.for_workload(self.workload, tps=self.predict_tp,
+                                      concurrency=concurrency if mode == "compiled" else None)
         for refused in result["refused"]:
             self.store.finding("prediction", f"{refused['platform']} TP {refused['tp']}: {refused['error']}")
         return result

@@ -314,3 +314,10 @@ def test_compare_of_a_gpu_report_and_a_neuron_report_prints_the_decision(tmp_pat
     predicted = trn["sections"]["speed"]["target"]["levels"][0]["predicted"]
     assert d["levels"][0]["predicted"]["tokens_per_s"] == predicted["tokens_per_s"]  # never the host's
     assert d["break_even"]["months"] is not None or "never" in d["break_even"]["line"]
+    # issue 41 §1: the run's dry run serves the workload's concurrency with continuous batching,
+    # set beside the measured run at the same concurrency
+    served = trn["sections"]["prediction"]["rows"][0]["serving_levels"]
+    assert [level["concurrency"] for level in served] == [1]
+    assert d["served"][0]["tokens_per_s"] == served[0]["tokens_per_s"]
+    assert d["served"][0]["measured_tokens_per_s"] == d["levels"][0]["measured"]["tokens_per_s"]
+    assert "served with continuous batching at the workload's concurrency" in out

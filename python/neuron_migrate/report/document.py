@@ -194,10 +194,20 @@ def _dry_run(prediction):
         return [("p", f"Dry run: {prediction['skipped']}.")] if prediction.get("skipped") else []
     from .terminal import prediction_notes, prediction_rows, prediction_title
     headers, rows = prediction_rows(prediction)
-    return [("h3", "Predicted at other TP degrees (dry run)"), ("p", f"**{prediction_title(prediction)}**"),
-            ("table", headers, rows), ("list", prediction_notes(prediction)
-                                      + [f"refused: {r['platform']} TP {r['tp']}: {r['error']}"
-                                         for r in prediction["refused"]])]
+    blocks = [("h3", "Predicted at other TP degrees (dry run)"), ("p", f"**{prediction_title(prediction)}**"),
+              ("table", headers, rows), ("list", prediction_notes(prediction)
+                                        + [f"refused: {r['platform']} TP {r['tp']}: {r['error']}"
+                                           for r in prediction["refused"]])]
+    served = [(row, level) for row in prediction.get("rows") or [] for level in row.get("serving_levels") or []]
+    if served:
+        blocks += [("p", "Served at the workload's concurrency with continuous batching (the dry run's Note "
+                         "[Serving under load]: concurrent requests share decode steps):"),
+                   ("table", ["platform", "TP", "concurrency", "tokens/s", "TTFT P95", "TPOT P50", "latency P95",
+                              f"{prediction.get('currency') or 'cost'}/1M tokens"],
+                    [[row["platform"], str(row["tp"]), str(level["concurrency"]), number(level["tokens_per_s"]),
+                      ms(level["ttft_ms"]["p95"]), ms(level["tpot_ms"]["p50"]), ms(level["latency_ms"]["p95"]),
+                      number(level.get("per_million_output_tokens"))] for row, level in served])]
+    return blocks
 
 
 def _fit(s, report):
