@@ -141,7 +141,7 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
         problems.append(("concurrency", "serving under load is predicted compiled only (as the stacks run)"))
     if rates and not concurrency:
         problems.append(("rate", "give --concurrency too: its largest level is the stack's batch (max_num_seqs)"))
-    if rates and any(r <= 0 for r in rates):
+    if rates and any(not (math.isfinite(r) or r == math.inf) or r <= 0 for r in rates):
         problems.append(("rate", f"expected request rates above 0, got {rates}"))
     if concurrency and any(c < 1 for c in concurrency):
         problems.append(("concurrency", f"expected positive integers, got {concurrency}"))

@@ -292,6 +292,9 @@ def collective_ns(algorithm, nbytes, tp, platform, logical_nc_config):
 LLAMA_STYLE = ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers", "vocab_size")
 
 
+EXPERT_WIDTHS = ("moe_intermediate_size", "shared_expert_intermediate_size", "shared_intermediate_size")
+
+
 def shard_config(config, tp):
     """One rank's shard of a Llama-style config at tensor parallel degree `tp`."""
     import copy
@@ -311,14 +314,16 @@ def shard_config(config, tp):
     if kv_heads % tp and tp % kv_heads:
         raise ValueError(f"tp {tp} must divide the {kv_heads} key-value heads, or be a multiple of them (each "
                          "rank then holds one, replicated); choose another degree")
-    moe_inner = getattr(config, "moe_intermediate_size", None)  # routed experts' own width (Qwen3-MoE, DeepSeek)
-    if isinstance(moe_inner, int) and moe_inner % tp:
-        raise ValueError(f"tp {tp} must divide the experts' intermediate size {moe_inner}; choose a divisor")
+    # experts' own widths: routed (Qwen3-MoE, DeepSeek) and shared (Qwen2-MoE, GraniteMoeShared)
+    expert_widths = {name: getattr(config, name) for name in EXPERT_WIDTHS if isinstance(getattr(config, name, None), int)}
+    for name, width in expert_widths.items():
+        if width % tp:
+            raise ValueError(f"tp {tp} must divide the experts' {name} {width}; choose a divisor")
     config.num_attention_heads //= tp
     config.num_key_value_heads = max(1, kv_heads // tp)
     config.intermediate_size //= tp
-    if isinstance(moe_inner, int):
-        config.moe_intermediate_size = moe_inner // tp
+    for name, width in expert_widths.items():
+        setattr(config, name, width // tp)
     config.vocab_size = -(-config.vocab_size // tp)  # vocabulary-parallel embedding and LM head
     pad = getattr(config, "pad_token_id", None)
     if isinstance(pad, int) and pad >= config.vocab_size:  # the shard holding it keeps it at its own index
@@ -337,7 +342,7 @@ def shard_config(config, tp):
 # each experts module's forward is replaced by that work (_moe_kernel_forward): a batched matmul
 # over the touched experts' weights, T * k / touched rows each; the router (its linear, softmax,
 # top-k) and shared experts run as transformers computes them. TP shards the experts' inner
-# dimension (shard_config divides intermediate_size and moe_intermediate_size); the decode MBU
+# dimension (shard_config divides intermediate_size and EXPERT_WIDTHS, shared experts' too); the decode MBU
 # counts the experts one token touches. Not modelled: skewed routing (uniform is assumed), expert
 # parallelism.
 MOE_TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k")
@@ -781,9 +786,16 @@ def _level(done, span_ms, output_tokens, concurrency, decode_step_ms, rate=None)
                         decode_step_ms=dict(decode_step_ms), rate_per_s=rate)
 
 
+def _positive_rate(rate):
+    """A request rate the scheduler can serve: a number above 0 (inf: all at once; not NaN)."""
+    return isinstance(rate, (int, float)) and not math.isnan(rate) and rate > 0
+
+
 def simulate(prefill_ms, decode_step_ms, output_tokens, concurrency, requests_per_client=4):
     """Note [Serving under load]: serves `concurrency` closed-loop clients over the step costs
     (`decode_step_ms`: batch bucket -> ms of one step); returns a ServingLevel."""
+    if concurrency < 1 or requests_per_client < 1:
+        raise ValueError(f"concurrency {concurrency} and requests_per_client {requests_per_client} must be 1 or more")
     left = {client: requests_per_client for client in range(concurrency)}
 
     def again(client, now):
@@ -798,6 +810,9 @@ def simulate_rate(prefill_ms, decode_step_ms, output_tokens, rate_per_s, request
     """Open loop: `requests` arriving at `rate_per_s` (evenly spaced), at most `max_num_seqs`
     running at once (the stack's batch), the rest waiting; a ServingLevel whose `concurrency` is
     max_num_seqs. Throughput counts from the first arrival to the last answer."""
+    if not _positive_rate(rate_per_s) or requests < 1 or max_num_seqs < 1:
+        raise ValueError(f"rate {rate_per_s!r} must be a number above 0, requests {requests} and max_num_seqs "
+                         f"{max_num_seqs} 1 or more")
     arrivals = [(index * 1000.0 / rate_per_s, index) for index in range(requests)]
     done, end = _serve_requests(prefill_ms, decode_step_ms, output_tokens, arrivals, max_num_seqs,
                                 lambda client, now: None)
@@ -812,8 +827,10 @@ def serve(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_to
     `rates` (requests/s, open loop, max_num_seqs the largest concurrency level)."""
     if not concurrency or any(not isinstance(c, int) or c < 1 for c in concurrency):
         raise ValueError(f"concurrency {concurrency!r}: give one or more whole numbers of requests, 1 or more")
-    if any(not isinstance(r, (int, float)) or r <= 0 for r in rates):
+    if any(not _positive_rate(r) for r in rates):
         raise ValueError(f"rates {rates!r}: give request rates (requests per second) above 0")
+    if not isinstance(requests_per_client, int) or requests_per_client < 1:
+        raise ValueError(f"requests_per_client {requests_per_client!r}: give 1 or more")
     single = predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, "compiled",
                      serving, 1, max_model_len)  # validates the arguments; batch 1's step and TTFT
     config = _load_config(config_or_dir)

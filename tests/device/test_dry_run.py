@@ -383,3 +383,29 @@ def test_an_open_loop_at_a_request_rate_queues_beyond_the_batch():
     burst = dry_run.simulate_rate(20.0, {1: 10.0}, output_tokens=5, rate_per_s=1e9, requests=3, max_num_seqs=1)
     assert burst.latency_ms == {"p50": pytest.approx(120.0), "p95": pytest.approx(174.0)}  # 60, 120, 180 ms
     assert burst.ttft_ms["p50"] == pytest.approx(80.0)  # 20, 80, 140 ms
+
+
+# review of issue 41's serving and MoE work: each finding stays fixed
+@pytest.mark.parametrize("call", [
+    lambda: dry_run.simulate_rate(20.0, {1: 10.0}, 5, float("nan"), 3, 1),  # was: never returned
+    lambda: dry_run.simulate_rate(20.0, {1: 10.0}, 5, 10, 2, 0),
+    lambda: dry_run.simulate(20.0, {1: 10.0}, 5, 1, requests_per_client=0),
+    lambda: dry_run.serve(tiny_llama(), concurrency=(1,), rates=(float("nan"),)),
+    lambda: dry_run.serve(tiny_llama(), concurrency=(1,), requests_per_client=0),
+])
+def test_a_load_the_scheduler_cannot_serve_is_refused(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_shared_experts_are_sharded_with_the_rest():
+    """Qwen2-MoE's shared expert (shared_expert_intermediate_size) stayed whole on every rank."""
+    config = transformers.Qwen2MoeConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=256, num_experts=8,
+                                         num_experts_per_tok=2, moe_intermediate_size=32,
+                                         shared_expert_intermediate_size=96)
+    shard = dry_run.shard_config(config, 2)
+    assert (shard.moe_intermediate_size, shard.shared_expert_intermediate_size) == (16, 48)
+    config.shared_expert_intermediate_size = 90  # not divisible by 4
+    with pytest.raises(ValueError, match="shared_expert_intermediate_size 90"):
+        dry_run.shard_config(config, 4)
