@@ -105,3 +105,48 @@ def test_flex_attention_validates_the_device_through_the_patched_function():
     on_cpu = torch.ones(1, 1, 16, 16, requires_grad=True)
     with pytest.raises(NotImplementedError, match="does not support backward on CPU"):
         validate(on_cpu, on_cpu, on_cpu)
+
+
+
+def _graph_with_a_region(device):
+    """A graph calling one region named as regional_inductor names them, its input on `device`."""
+    gm = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.ReLU()))
+    node = next(iter(gm.graph.find_nodes(op="call_module")))
+    gm.add_submodule("__marked_inductor_submod0", gm.get_submodule(node.target))
+    node.target = "__marked_inductor_submod0"
+    next(iter(gm.graph.find_nodes(op="placeholder"))).meta["val"] = torch.empty(2, device=device)
+    gm.recompile()
+    return gm
+
+
+def test_regional_inductor_compiles_regions_through_the_patched_function():
+    """Patch 5: regional_inductor's region compiler looks _compile_submod up by its global name
+    and finds our wrapper; a region on the CPU goes to the wrapped function (Inductor), one on
+    neuron is left in place (with a warning once), a graph mixing both is refused."""
+    import types
+    from torch.fx.passes import regional_inductor as module
+    from torch_neuron_sim.compile import torch_patches
+    assert getattr(module._compile_submod, "_neuron_leaves", False)
+    assert "_compile_submod" in module._RegionCompiler.compile_region.__code__.co_names
+
+    calls = []
+    fake = types.SimpleNamespace(_compile_submod=lambda gm, prefix: calls.append(prefix) or "compiled")
+    torch_patches.leave_neuron_regions_to_aot_eager(fake)
+    assert fake._compile_submod(_graph_with_a_region("cpu"), "__marked_inductor_submod") == "compiled"
+    assert calls == ["__marked_inductor_submod"]
+    on_neuron = _graph_with_a_region("neuron")
+    with pytest.warns(UserWarning, match="Inductor does not generate code for the neuron device"):
+        assert fake._compile_submod(on_neuron, "__marked_inductor_submod") is on_neuron
+    assert calls == ["__marked_inductor_submod"]
+    x = torch.tensor([-1.0, 2.0], device="neuron")
+    assert on_neuron(x).cpu().tolist() == [0.0, 2.0]
+
+    mixed = _graph_with_a_region("neuron")
+    cpu_region = _graph_with_a_region("cpu")
+    mixed.add_submodule("__marked_inductor_submod1", cpu_region.get_submodule("__marked_inductor_submod0"))
+    with mixed.graph.inserting_after(next(iter(mixed.graph.find_nodes(op="placeholder")))):
+        other = mixed.graph.placeholder("y")
+        other.meta["val"] = torch.empty(2)
+        mixed.graph.call_module("__marked_inductor_submod1", (other,))
+    with pytest.raises(NotImplementedError, match=r"regions \['__marked_inductor_submod0'\] are on the neuron device"):
+        fake._compile_submod(mixed, "__marked_inductor_submod")

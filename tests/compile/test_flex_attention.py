@@ -289,3 +289,44 @@ def test_compiled_inference_as_torchtitan_compiles_it(monkeypatch):
     assert [p["metadata"]["graph_type"] for p in programs] == ["inference"]
     torch.testing.assert_close(out.cpu(), eager_out.cpu(), **TOLERANCE[torch.float32])
     torch.testing.assert_close(aux.lse.cpu(), eager_aux.lse.cpu(), **TOLERANCE[torch.float32])
+
+
+class RegionalAttention(Attention):
+    """Attention whose flex_attention call is marked for regional_inductor, as torchtitan marks it
+    when `--compile.backend aot_eager` compiles a model with FlexAttention."""
+
+    def forward(self, x, block_mask):
+        import torch.fx.traceback as fx_traceback
+        with fx_traceback.annotate({"compile_with_inductor": {"inductor_configs": {}}}):
+            return super().forward(x, block_mask)
+
+
+def test_regional_inductor_region_on_neuron_runs_as_aot_eager(monkeypatch):
+    """torchtitan's aot_eager for FlexAttention models: aot_autograd with regional_inductor as the
+    forward and backward compilers. Inductor does not generate code for neuron, so the marked
+    region runs eagerly with the rest (patch 5 of Note [Patches of torch internals]); training
+    gives eager's losses and parameters, and no neuron program is compiled."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch.fx.passes.regional_inductor import regional_inductor
+    torch.manual_seed(0)
+    reference = RegionalAttention()
+    x = torch.randn(B, S, 64).to("neuron")
+    block_mask = create_block_mask(causal, B, None, S, S, device="neuron")
+    eager_model = RegionalAttention().to("neuron")
+    eager_model.load_state_dict(reference.state_dict())
+    eager = train(eager_model, x, block_mask, lambda m, *a: m(*a))
+    programs = compiled_programs(monkeypatch)
+    compiled_model = RegionalAttention().to("neuron")
+    compiled_model.load_state_dict(reference.state_dict())
+    aot_eager = aot_autograd(fw_compiler=regional_inductor, bw_compiler=regional_inductor)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = train(compiled_model, x, block_mask, torch.compile(lambda m, *a: m(*a), backend=aot_eager,
+                                                                      fullgraph=True))
+    assert programs == []
+    assert any("Inductor does not generate code for the neuron device" in str(w.message) for w in caught) or \
+        getattr(__import__("torch.fx.passes.regional_inductor", fromlist=["_"])._compile_submod, "_warned")
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-6)
+    for got, expected in zip(compiled[1], eager[1]):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert not torch.equal(compiled[1][2], reference.bias.detach())  # the bias learned

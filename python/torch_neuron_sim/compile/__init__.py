@@ -58,5 +58,7 @@ def register():
     # Dynamo's device interface for neuron (streams and events in compiled code), as Dynamo's
     # device-interface module loads
     torch_patches.run_after_load("torch._dynamo.device_interface", _register_device_interface)
+    # regional_inductor's regions on neuron run as aot_eager runs the rest (patch 5)
+    torch_patches.run_after_load(torch_patches.REGIONAL_INDUCTOR, torch_patches.leave_neuron_regions_to_aot_eager)
     from . import flex_attention
     flex_attention.register()

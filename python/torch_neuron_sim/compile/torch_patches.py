@@ -1,5 +1,5 @@
 """Note [Patches of torch internals]
-The backend needs four things torch has no public hook for. Each is patched here and only
+The backend needs five things torch has no public hook for. Each is patched here and only
 here, each relies on named internals of torch, and each has tests that fail when a torch
 release moves those internals (tests/compile/test_compile_torch_patches.py checks the internals
 themselves; the end-to-end tests named below check what the patch is for). Upgrading torch:
@@ -57,6 +57,25 @@ run those tests first.
    through its global name.
    Tests: test_compile_torch_patches.py::test_flex_attention_validates_the_device_through_the_patched_function;
    tests/compile/test_flex_attention.py (eager and compiled on neuron).
+
+5. leave_neuron_regions_to_aot_eager(module): wraps torch.fx.passes.regional_inductor's
+   _compile_submod(gm, prefix) so that a region marked compile_with_inductor whose tensors are on
+   the neuron device is left in the graph as a submodule that runs as the rest of an aot_eager
+   graph runs (op by op on the device; flex_attention by its HOPs' kernels for neuron), with a
+   warning once; regions on other devices go to Inductor unchanged.
+   Why: regional_inductor (what torchtitan wraps `--compile.backend aot_eager` in for a model
+   with FlexAttention) hands the flex region to Inductor's standalone_compile, and Inductor does
+   not generate code for neuron: it failed deep in its flex lowering ("'_DeviceProperties' object
+   has no attribute 'multi_processor_count'", after "No interface for device neuron" before
+   Dynamo's device interface for neuron was registered). aot_eager runs everything else eagerly,
+   so running the region eagerly too gives aot_eager's numbers; `--compile.backend inductor`
+   (which compiles with backend "neuron", patch 2) is the road that compiles it.
+   Relies on: the module's _compile_submod(gm, prefix), called by _RegionCompiler.compile_region
+   through its global name; the region's call_module nodes named with `prefix` and their inputs'
+   meta["val"].
+   Tests: test_compile_torch_patches.py::test_regional_inductor_compiles_regions_through_the_patched_function;
+   tests/compile/test_flex_attention.py::test_regional_inductor_region_on_neuron_runs_as_aot_eager;
+   tests/distributed/test_torchtitan.py::test_compile_backends_other_than_inductor_with_flex_attention.
 
 Import cost: this module is loaded with the package at `import torch` (the device entry
 point), so it imports nothing of Dynamo, AOTAutograd or Inductor at module level."""
@@ -183,3 +202,50 @@ def accept_neuron_in_flex_attention(device_type="neuron"):
     _validate_device._neuron_accepts = True
     _validate_device._wrapped = validate
     module._validate_device = _validate_device
+
+
+# ---- 5. regional_inductor's regions on neuron ---------------------------------------------------
+
+REGIONAL_INDUCTOR = "torch.fx.passes.regional_inductor"
+
+
+def _region_devices(gm, prefix):
+    """{region name: the device types of its inputs} for the regions `prefix` names in `gm`."""
+    devices = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and str(node.target).startswith(prefix):
+            devices[node.target] = {value.device.type for value in
+                                    (getattr(i, "meta", {}).get("val") for i in node.all_input_nodes)
+                                    if isinstance(value, torch.Tensor)}
+    return devices
+
+
+def leave_neuron_regions_to_aot_eager(module, device_type="neuron"):
+    """Patch 5 of Note [Patches of torch internals]: regional_inductor leaves a region on
+    `device_type` uncompiled (it runs eagerly, as aot_eager runs the rest). Idempotent."""
+    compile_submod = module._compile_submod
+    if getattr(compile_submod, "_neuron_leaves", False):
+        return
+
+    def _compile_submod(gm, prefix):
+        devices = _region_devices(gm, prefix)
+        on_device = sorted(name for name, types in devices.items() if device_type in types)
+        if not on_device:
+            return compile_submod(gm, prefix)
+        if len(on_device) != len(devices):
+            others = sorted(set(devices) - set(on_device))
+            raise NotImplementedError(
+                f"regional_inductor: regions {on_device} are on the {device_type} device and {others} are not; "
+                f"Inductor does not generate code for {device_type}, so the graph's regions would run two ways. "
+                f"Compile with backend='inductor' or 'neuron' (a graph on {device_type} compiles with 'neuron').")
+        if not getattr(_compile_submod, "_warned", False):
+            _compile_submod._warned = True
+            warnings.warn(f"regional_inductor: Inductor does not generate code for the {device_type} device, so the "
+                          f"region marked compile_with_inductor ({', '.join(on_device)}) runs as the rest of this "
+                          f"aot_eager graph (op by op on {device_type}); compile with backend='inductor' (which "
+                          f"selects 'neuron' for {device_type} tensors) to compile it", stacklevel=2)
+        return gm
+
+    _compile_submod._neuron_leaves = True
+    _compile_submod._wrapped = compile_submod
+    module._compile_submod = _compile_submod
