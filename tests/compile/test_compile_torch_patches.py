@@ -1,4 +1,4 @@
-"""The four patches of torch internals (Note [Patches of torch internals],
+"""The five patches of torch internals (Note [Patches of torch internals],
 compile/torch_patches.py): each test checks the internals a patch relies on and that torch
 still reaches the patched code, so a torch upgrade that moves them fails here, by name."""
 import inspect
