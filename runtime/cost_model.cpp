@@ -32,6 +32,7 @@ CostModel::CostModel(const PlatformSpec& spec, int logical_nc_config)
   tensor_bf16_flops_per_ns_ = spec.get("tensor_bf16_tflops") * 1e3 * lnc_;
   tensor_fp8_flops_per_ns_ = spec.get("tensor_fp8_tflops") * 1e3 * lnc_;
   tensor_fp32_flops_per_ns_ = spec.get("tensor_fp32_tflops") * 1e3 * lnc_;
+  tensor_utilization_ = spec.get("tensor_utilization");
   array_rows_ = int64_t(spec.get("systolic_array_rows"));
   array_columns_ = int64_t(spec.get("systolic_array_columns"));
   vector_bf16_per_ns_ = spec.get("vector_lanes_bf16") * spec.get("vector_clock_ghz") * lnc_;
@@ -47,6 +48,9 @@ CostModel::CostModel(const PlatformSpec& spec, int logical_nc_config)
   neuronlink_latency_ns_ = spec.get("neuronlink_latency_ns");
   efa_bytes_per_ns_ = spec.get("efa_chip_gbps");
   efa_latency_ns_ = spec.get("efa_latency_ns");
+  if (!(tensor_utilization_ > 0.0 && tensor_utilization_ <= 1.0)) {
+    throw Error(ErrorCode::kInvalidArgument, "tensor_utilization of " + platform_ + " must be in (0, 1]");
+  }
   if (array_rows_ < 1 || array_columns_ < 1) {
     throw Error(ErrorCode::kInvalidArgument, "the systolic array of " + platform_ + " must have rows and columns");
   }
@@ -86,7 +90,7 @@ WorkCost CostModel::cost(const Work& work) const {
       if (s.m > 0 && s.k > 0 && s.n > 0) {
         const double flops = 2.0 * double(std::max<int64_t>(s.batch, 1)) * double(s.m) *
                              double(round_up(s.k, array_rows_)) * double(round_up(s.n, array_columns_));
-        cost.compute_ns = flops / tensor_flops_per_ns(work.format);
+        cost.compute_ns = flops / (tensor_flops_per_ns(work.format) * tensor_utilization_);
         cost.flops = 2.0 * double(std::max<int64_t>(s.batch, 1)) * double(s.m) * double(s.k) * double(s.n);
       }
       break;

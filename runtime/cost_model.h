@@ -9,10 +9,13 @@
 //        fixed    = eager_launch_ns for an eager launch (one per op), 0 otherwise
 //        memory   = HBM bytes / (hbm_chip_gbps / physical_cores_per_chip * LNC)
 //        compute  = by kind:
-//          matmul        2 * batch * m * pad(k) * pad(n) / (tensor_<format>_tflops * LNC);
+//          matmul        2 * batch * m * pad(k) * pad(n) / (tensor_<format>_tflops * LNC * tensor_utilization);
 //                        pad() rounds up to the systolic array's rows (k, the contraction on the
 //                        partitions) and columns (n, the stationary operand's free size): the
-//                        tile efficiency; m streams through and is not padded
+//                        tile efficiency; m streams through and is not padded; tensor_utilization
+//                        is the share of the peak a matmul achieves beyond that (fitted, labelled
+//                        in platforms.toml: Note [Prefill as a serving stack's kernel runs it]
+//                        in dry_run.py). Attention's matmuls are matmuls here too
 //          pointwise     elements / (vector_lanes_<format> * vector_clock_ghz * LNC)    (VectorE)
 //          transcendental elements / (scalar_lanes_<format> * scalar_clock_ghz * LNC)   (ScalarE: exp, tanh, ...)
 //          reduction     one VectorE pass over the input elements
@@ -138,6 +141,7 @@ class CostModel {
   std::string platform_;
   int lnc_;
   double tensor_bf16_flops_per_ns_, tensor_fp8_flops_per_ns_, tensor_fp32_flops_per_ns_;
+  double tensor_utilization_;  // the share of the peak rate a matmul achieves (platforms.toml, fitted)
   int64_t array_rows_, array_columns_;
   double vector_bf16_per_ns_, vector_other_per_ns_;
   double scalar_bf16_per_ns_, scalar_other_per_ns_;

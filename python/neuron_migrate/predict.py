@@ -36,10 +36,12 @@ def loop_of(mode, serving):
     return _dry_run().loop_of(mode, serving)
 
 
-def cost_model():
-    """(cost model version, calibration error as a fraction or None): what labels a prediction."""
+def cost_model(config_dir=None):
+    """(cost model version, calibration error as a fraction or None): what labels a prediction;
+    for a mixture-of-experts model (config_dir) its checks count too."""
     dry_run = _dry_run()
-    return dry_run.COST_MODEL_VERSION, dry_run.calibration_error()
+    moe = config_dir is not None and dry_run.is_moe(config_dir)
+    return dry_run.COST_MODEL_VERSION, dry_run.calibration_error(moe=moe)
 
 
 def dry_run_figures(config_dir, platform, tp, lnc, input_tokens, output_tokens, mode, serving="device"):
@@ -147,7 +149,7 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
         problems.append(("concurrency", f"expected positive integers, got {concurrency}"))
     if problems:
         raise PredictError("; ".join(f"--{name}: {message}" for name, message in problems))
-    version, calibration_error = cost_model()
+    version, calibration_error = cost_model(config_dir)
     rows, refused, assumptions = [], [], {}
     for platform in platform_names:
         platform_lnc = lnc if lnc is not None else hw.platforms()[platform]["default_lnc"]

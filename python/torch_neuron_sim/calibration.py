@@ -28,48 +28,100 @@ def rows():
         return tomllib.load(f)["row"]
 
 
-def _entry(row, metric, published, predicted):
-    return {"model": row["model"], "setup": row["setup"], "metric": metric, "published_ms": published,
-            "predicted_ms": round(predicted, 2), "error": round(predicted / published - 1, 4),
-            "fitted": row.get("fitted") == metric, "serving": row["serving"], "source": row["source"]}
+def _is_moe(config_dir):
+    return dry_run._top_k(dry_run._load_config(config_dir)) is not None
+
+
+def _fitted(row):
+    """The row's figures a constant was fitted to (`fitted`: one metric or a list)."""
+    fitted = row.get("fitted", [])
+    return [fitted] if isinstance(fitted, str) else list(fitted)
+
+
+def _entry(row, metric, published, predicted, kind, unit="ms"):
+    return {"model": row["model"], "setup": row["setup"], "metric": metric, "kind": kind, "unit": unit,
+            "published_ms": published, "predicted_ms": round(predicted, 2),
+            "error": round(predicted / published - 1, 4), "fitted": metric in _fitted(row),
+            "given": bool(row.get("given")), "serving": row["serving"], "source": row["source"]}
+
+
+def row_arguments(row):
+    """dry_run.predict's arguments for a row: its setup, and the prefill buckets its source
+    documents (`context_encoding_buckets`, or NxD Inference's automatic buckets up to
+    `max_context_length`); without either, the stack's rule up to max_model_len."""
+    buckets = row.get("context_encoding_buckets")
+    if buckets is None and "max_context_length" in row:
+        buckets = dry_run._nxdi_buckets(row["max_context_length"])
+    return dict(platform=row["platform"], tp=row["tp"], logical_nc_config=row["lnc"],
+                input_tokens=row["input_tokens"], output_tokens=row["output_tokens"], serving=row["serving"],
+                max_model_len=row.get("max_model_len"), prefill_buckets=buckets)
 
 
 def predict_rows():
-    """One entry per published figure: TTFT, per-token latency, and a verify step where given."""
+    """One entry per published figure of each row: TTFT (kind "prefill"), per-token latency
+    ("decode", or "MoE decode" for a mixture-of-experts model), speculative verify steps of
+    `verify_steps` [[tokens, ms], ...] ("verify" / "MoE verify"), and output tokens/s at
+    `concurrency` ("batch": the continuous-batching simulator, Note [Serving under load])."""
     results = []
+    overhead = {}
     for row in rows():
         config = os.path.join(ROOT, row["config"])
-        args = dict(platform=row["platform"], tp=row["tp"], logical_nc_config=row["lnc"],
-                    input_tokens=row["input_tokens"], output_tokens=row["output_tokens"], serving=row["serving"],
-                    max_model_len=row.get("max_model_len"))
+        args = row_arguments(row)
+        moe = "MoE " if _is_moe(config) else ""
         p = dry_run.predict(config, **args)
-        results.append(_entry(row, "ttft_ms", row["ttft_ms"], p.ttft_ms))
-        results.append(_entry(row, "per_token_ms", row["per_token_ms"], p.per_token_ms))
-        if "verify_step_ms" in row:
-            v = dry_run.predict(config, **args, step_tokens=row["verify_step_tokens"])
-            results.append(_entry(row, "verify_step_ms", row["verify_step_ms"], v.per_token_ms))
-        # The same programs without the serving stack's fixed cost per step: the device's share.
         overhead_ms = dry_run.serving_overhead_ns(row["serving"]) / 1e6
-        results[-2 if "verify_step_ms" not in row else -3]["device_only_ms"] = round(p.ttft_ms - overhead_ms, 2)
-        results[-1 if "verify_step_ms" not in row else -2]["device_only_ms"] = round(p.per_token_ms - overhead_ms, 2)
+        if "ttft_ms" in row:
+            results.append(_entry(row, "ttft_ms", row["ttft_ms"], p.ttft_ms, "prefill"))
+            results[-1]["device_only_ms"] = round(p.ttft_ms - overhead_ms, 2)
+        if "per_token_ms" in row:
+            results.append(_entry(row, "per_token_ms", row["per_token_ms"], p.per_token_ms, moe + "decode"))
+            results[-1]["device_only_ms"] = round(p.per_token_ms - overhead_ms, 2)
+        for tokens, published in row.get("verify_steps", []):
+            v = dry_run.predict(config, **args, step_tokens=tokens)
+            results.append(_entry(row, f"verify_step_ms:{tokens}", published, v.per_token_ms, moe + "verify"))
+            results[-1]["device_only_ms"] = round(v.per_token_ms - overhead_ms, 2)
+        if "throughput_tok_s" in row:
+            level, = dry_run.serve(config, **{k: v for k, v in args.items() if k != "prefill_buckets"},
+                                   concurrency=(row["concurrency"],))
+            results.append(_entry(row, f"throughput_tok_s:{row['concurrency']}", row["throughput_tok_s"],
+                                  level.tokens_per_s, "batch", unit="tok/s"))
     return {"cost_model": dry_run.COST_MODEL_VERSION, "rows": results}
 
 
-METRICS = {"ttft_ms": "TTFT", "per_token_ms": "per-token latency", "verify_step_ms": "4-token verify step"}
+def _figure(metric):
+    name, _, count = metric.partition(":")
+    return {"ttft_ms": "TTFT", "per_token_ms": "per-token latency",
+            "verify_step_ms": f"{count}-token verify step",
+            "throughput_tok_s": f"output tokens/s at concurrency {count}"}[name]
+
+
+KINDS = ("prefill", "decode", "verify", "batch", "MoE decode", "MoE verify")
 
 
 def table(results):
-    lines = ["| model, setup | figure | published | predicted | error | device alone (no serving cost) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| model, setup | kind | figure | published | predicted | error | device alone (no serving cost) |",
+             "|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         error = f"{r['error']:+.1%}" + (" (fitted: not a check)" if r["fitted"] else "")
+        unit = r.get("unit", "ms")
         device = f"{r['device_only_ms']:.1f} ms" if "device_only_ms" in r else ""
-        lines.append(f"| {r['model']}: {r['setup']}; serving {r['serving']} | {METRICS[r['metric']]} | "
-                     f"{r['published_ms']} ms | {r['predicted_ms']:.1f} ms | {error} | {device} |")
-    checks = [abs(r["error"]) for r in results["rows"] if not r["fitted"]]
+        given = " (given)" if r.get("given") else ""
+        lines.append(f"| {r['model']}: {r['setup']}; serving {r['serving']}{given} | {r['kind']} | "
+                     f"{_figure(r['metric'])} | {r['published_ms']} {unit} | {r['predicted_ms']:.1f} {unit} | "
+                     f"{error} | {device} |")
+    checks = [r for r in results["rows"] if not r["fitted"]]
+    lines.append("")
+    lines.append("| kind | checks | median abs error | largest abs error |")
+    lines.append("|---|---|---|---|")
+    for kind in KINDS:
+        errors = sorted(abs(r["error"]) for r in checks if r["kind"] == kind)
+        if errors:
+            median = errors[len(errors) // 2] if len(errors) % 2 else (errors[len(errors) // 2 - 1] +
+                                                                       errors[len(errors) // 2]) / 2
+            lines.append(f"| {kind} | {len(errors)} | {median:.1%} | {errors[-1]:.1%} |")
     lines.append("")
     lines.append(f"Cost model {results['cost_model']}: largest error of the checks (fitted figures left out): "
-                 f"{max(checks):.1%}.")
+                 f"{max(abs(r['error']) for r in checks):.1%}.")
     return "\n".join(lines)
 
 
@@ -83,14 +135,19 @@ def _docs_with(text):
     return head + BEGIN + "\n" + text + "\n" + END + tail
 
 
-def calibration_error():
-    """The largest |predicted / published - 1| of the checks in data/calibration.json, or None."""
+DENSE_KINDS = ("prefill", "decode", "verify", "batch")
+
+
+def calibration_error(kinds=DENSE_KINDS):
+    """The largest |predicted / published - 1| of the checks of `kinds` in data/calibration.json
+    (default: a dense model's figures; add "MoE decode" and "MoE verify" for a mixture-of-experts
+    model), or None."""
     try:
         with open(RESULTS) as f:
             results = json.load(f)
         if results.get("cost_model") != dry_run.COST_MODEL_VERSION:
             return None
-        checks = [abs(float(r["error"])) for r in results["rows"] if not r["fitted"]]
+        checks = [abs(float(r["error"])) for r in results["rows"] if not r["fitted"] and r.get("kind") in kinds]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # missing or damaged: unknown, as documented
     return max(checks) if checks else None

@@ -37,7 +37,7 @@ from torch.utils._pytree import tree_flatten
 import torch_neuron_sim  # noqa: F401  (loads _C and the platform data file)
 from torch_neuron_sim import _C
 
-COST_MODEL_VERSION = "v2"  # the cost model's version (runtime/cost_model.h, data/platforms.toml)
+COST_MODEL_VERSION = "v3"  # the cost model's version (runtime/cost_model.h, data/platforms.toml)
 PLATFORMS = ("trn1", "trn2", "trn3")
 
 
@@ -83,8 +83,12 @@ def _stack_attention_forward(module, query, key, value, attention_mask, dropout=
     transformers' compiled path copies them per query head (repeat_kv)."""
     q_length = query.shape[2]
     if q_length > 1:
-        key, value = key[:, :, :q_length, :], value[:, :, :q_length, :]
-        attention_mask, is_causal = None, True
+        # Note [Prefill as a serving stack's kernel runs it]: a causal kernel visits the key tiles
+        # at or below the diagonal; the dry run traces on meta (no values), so the attention is
+        # costed over that share of the prompt's keys
+        visited = causal_keys_visited(q_length)
+        key, value = key[:, :, :visited, :], value[:, :, :visited, :]
+        attention_mask, is_causal = None, False
     elif not grouped:
         from transformers.integrations.sdpa_attention import repeat_kv
         key, value = repeat_kv(key, module.num_key_value_groups), repeat_kv(value, module.num_key_value_groups)
@@ -92,6 +96,63 @@ def _stack_attention_forward(module, query, key, value, attention_mask, dropout=
                                                            dropout_p=dropout, scale=scaling, is_causal=bool(is_causal),
                                                            enable_gqa=grouped)
     return out.transpose(1, 2).contiguous(), None
+
+
+# Note [Prefill as a serving stack's kernel runs it]
+# What the dry run models of a serving stack's context encoding (the prefill program), beyond
+# each op costed as the device clock costs it (docs/device-clock.md, "Prefill"):
+# - causal attention as a flash-style kernel runs it: the scores are tiled, T x T, and the tiles
+#   above the diagonal, every one of them masked, are skipped. For n = ceil(L / T) query tiles the
+#   kernel visits n (n + 1) / 2 of the n^2 tiles: the fraction (n + 1) / (2 n) of the work (1 for a
+#   prompt of one tile, about 1/2 for a long one). T is 128, the PE array's rows (assumed: the
+#   kernels' tile sizes are not modelled further); the scores stay on chip.
+# - sequence parallelism where the stack uses it (data/serving.toml `sequence_parallel`: NxD
+#   Inference's tutorials enable it): outside attention and the MLP, each of the TP ranks works
+#   on 1/TP of the sequence: the norms, residual adds and the embedding's output. The dry run
+#   traces one rank of plain TP, so every program step that reads or writes the residual stream
+#   (a [.., L, hidden] value) and is not a matmul or an attention is costed at 1/TP
+#   (_sequence_parallel_ns; not when a rank's MLP is as wide as the hidden size, whose
+#   activations would look the same). The collectives keep their bytes: an all-reduce becomes a
+#   reduce-scatter and an all-gather, the same ring traffic (collective_ns).
+# Not modelled: chunked prefill, the overlap of the collectives with compute (a collective
+# engine's), fusion of the norms into the matmul kernels beyond the simulator's pointwise groups.
+CAUSAL_TILE = 128
+
+
+def causal_keys_visited(length, tile=CAUSAL_TILE):
+    """The number of key positions whose work matches what a causal kernel does for a prompt of
+    `length` positions: length x (n + 1) / (2 n) for n = ceil(length / tile) tiles per side."""
+    tiles = -(-length // tile)
+    return max(1, math.ceil(length * (tiles + 1) / (2 * tiles)))
+
+
+_NOT_SEQUENCE_PARALLEL = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "dot", "_scaled_mm",
+                          "convolution", "index_copy_", "index_copy")
+
+
+def _sequence_parallel_ns(desc, steps, hidden, tokens, tp):
+    """The ns a rank saves in a program when its residual stream is split across `tp` ranks
+    (Note [Prefill as a serving stack's kernel runs it]): each step that touches a value of
+    `tokens` x `hidden` elements ending in `hidden` and is not a matmul or attention costs
+    1/tp of what it costs whole."""
+    from .compile.lowering import A_VALUE, A_VALUES
+    values = desc["values"]
+
+    def stream(index):
+        sizes = values[index]["sizes"] if 0 <= index < len(values) else []
+        return bool(sizes) and sizes[-1] == hidden and math.prod(sizes) == tokens * hidden
+
+    saved = 0.0
+    for node, (op, ns) in zip(desc["nodes"], steps):
+        name = op.split("::")[-1].split(".")[0]
+        if name in _NOT_SEQUENCE_PARALLEL or "attention" in name or op.startswith("_c10d"):
+            continue
+        touched = list(node["outputs"])
+        for arg in node["args"]:
+            touched += [arg[1]] if arg[0] == A_VALUE else list(arg[3]) if arg[0] == A_VALUES else []
+        if any(stream(index) for index in touched):
+            saved += ns * (1 - 1 / tp)
+    return saved
 
 
 def _register_attention():
@@ -193,11 +254,17 @@ def loop_of(mode, serving):
             "launches a token, which `neuron-migrate run` measures on the live device)")
 
 
-def calibration_error():
+def calibration_error(moe=False):
     """The largest |predicted / published - 1| of the calibration checks (docs/device-clock.md,
-    data/calibration.json) for this cost model, as a fraction; None when not calibrated."""
-    from .calibration import calibration_error as stored
-    return stored()
+    data/calibration.json) for this cost model, as a fraction; None when not calibrated. `moe`:
+    of a mixture-of-experts model's figures too (its checks are of their own kinds)."""
+    from .calibration import DENSE_KINDS, calibration_error as stored
+    return stored(DENSE_KINDS + (("MoE decode", "MoE verify") if moe else ()))
+
+
+def is_moe(config_or_dir):
+    """Whether the model routes tokens to experts (Note [Experts as a MoE kernel runs them])."""
+    return _top_k(_load_config(config_or_dir)) is not None
 
 
 def platform_constant(platform, name):
@@ -233,11 +300,19 @@ def _nxdi_buckets(max_len):
     return [2 ** i for i in range(7, top)] + [max_len]
 
 
-def prefill_bucket(serving, input_tokens, max_len):
+def prefill_bucket(serving, input_tokens, max_len, buckets=None):
     """The prefill length serving stack `serving` runs for a prompt of `input_tokens`: its program
     is compiled for a few lengths (buckets) and the prompt is padded to the smallest that holds
     it (data/serving.toml `prefill_buckets`, with the stack's documented rule). `max_len`: the
-    largest bucket (max_model_len)."""
+    largest bucket (max_model_len). `buckets`: the stack's buckets given explicitly (NxD
+    Inference's context_encoding_buckets), in place of its rule."""
+    if buckets:
+        if any(not isinstance(b, int) or b < 1 for b in buckets):
+            raise ValueError(f"prefill buckets {buckets!r}: give whole numbers of positions, 1 or more")
+        if max(buckets) < input_tokens or max(buckets) > max_len:
+            raise ValueError(f"prefill buckets {sorted(buckets)}: the largest must hold the prompt ({input_tokens} "
+                             f"positions) and fit the cache ({max_len})")
+        return min(b for b in buckets if b >= input_tokens)
     rule = _serving_table(serving)["prefill_buckets"]["value"]
     if rule == "none":
         return input_tokens
@@ -260,6 +335,12 @@ def decode_bucket(serving, position, max_len):
     if rule == "nxdi-autobucketing":
         return min(b for b in _nxdi_buckets(max_len) if b > position)
     raise ValueError(f"serving {serving!r}: unknown decode_buckets rule {rule!r} in data/serving.toml")
+
+
+def serving_sequence_parallel(serving):
+    """True when the serving stack splits its context encoding's residual stream across the TP
+    ranks (data/serving.toml `sequence_parallel`; Note [Prefill as a serving stack's kernel runs it])."""
+    return bool(_serving_table(serving)["sequence_parallel"]["value"])
 
 
 def serving_gqa_attention(serving):
@@ -468,6 +549,9 @@ class ProgramCosts:
         self.ns = 0
         self.calls = 0
         self.nodes = []  # per program compiled: its steps
+        # (tp, hidden, tokens): the programs compiled now are split by sequence parallelism
+        # (Note [Prefill as a serving stack's kernel runs it]); None: plain TP
+        self.sequence_parallel = None
         self.backend = aot_autograd(fw_compiler=self._compile, inference_compiler=self._compile,
                                     decompositions=_decompositions(), keep_inference_input_mutations=True)
 
@@ -479,7 +563,12 @@ class ProgramCosts:
         lowered = copy.deepcopy(gm)  # the passes rewrite it for the device; `gm` runs on meta
         passes.run_passes(lowered, on_device_ops=op_set.on_device())
         desc, _ = lower(lowered, f"dry_run_{len(self.nodes)}", metadata={}, device_type="meta")
-        ns = _C._cost_program(desc, self.platform, self.lnc)[0]
+        if self.sequence_parallel and self.sequence_parallel[0] > 1:
+            (ns, *_), steps = _C._cost_program(desc, self.platform, self.lnc, True)
+            ns -= _sequence_parallel_ns(desc, steps, self.sequence_parallel[1], self.sequence_parallel[2],
+                                        self.sequence_parallel[0])
+        else:
+            ns = _C._cost_program(desc, self.platform, self.lnc)[0]
         self.nodes.append(len(desc["nodes"]))
 
         def run(*args):
@@ -490,7 +579,8 @@ class ProgramCosts:
 
 
 def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, cache_len, layers=None,
-                        step_tokens=1, gqa_attention=None, prefill_tokens=None, decode_cache_len=None, batch=1):
+                        step_tokens=1, gqa_attention=None, prefill_tokens=None, decode_cache_len=None, batch=1,
+                        sequence_parallel=False):
     """(prefill ns, decode step ns, programs per forward) of one rank, compiled: the prefill of
     `input_tokens` (run as `prefill_tokens`, a serving stack's bucket) into a static KV cache of
     `cache_len` positions, and one decode step of `step_tokens` (a speculative verify step:
@@ -500,7 +590,9 @@ def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, 
     the live model's); True or False: a serving stack's (the caches allocated before the programs,
     as a stack allocates its cache at load, its attention kernels, ATTENTION_STACK), with or
     without grouped key-value heads read once. `batch`: the decode step runs that many sequences
-    at once (a continuous-batching step; the prefill stays one request's)."""
+    at once (a continuous-batching step; the prefill stays one request's). `sequence_parallel`:
+    the prefill's residual stream is split across the TP ranks (Note [Prefill as a serving
+    stack's kernel runs it])."""
     from transformers import StaticCache
     prefill_tokens = prefill_tokens or input_tokens
     decode_cache_len = decode_cache_len or cache_len
@@ -531,7 +623,12 @@ def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, 
                                        torch.arange(input_tokens, input_tokens + step_tokens, device="meta"),
                                        allocated(decode_cache_len, batch))):
             before_ns, before_calls = costs.ns, costs.calls
-            cache_length = cache_len if ids.shape[0] == 1 and ids.shape[1] == prefill_tokens else decode_cache_len
+            prefill = not measured
+            cache_length = cache_len if prefill else decode_cache_len
+            # a rank's MLP as wide as the hidden size would look like the residual stream: then
+            # nothing is split (the prefill is costed as plain TP, never the MLP's work divided)
+            split = sequence_parallel and getattr(shard, "intermediate_size", None) != shard.hidden_size
+            costs.sequence_parallel = (tp, shard.hidden_size, prefill_tokens) if prefill and split else None
             try:
                 forward(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
                         cache_position=positions)
@@ -571,14 +668,15 @@ def _uniform_layers(config, tp):
 
 
 def compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, cache_len, step_tokens=1,
-                        gqa_attention=None, prefill_tokens=None, decode_cache_len=None, batch=1):
+                        gqa_attention=None, prefill_tokens=None, decode_cache_len=None, batch=1,
+                        sequence_parallel=False):
     """As _compiled_forward_ns for the whole model. Layers of one kind are costed from a two-layer
     and a three-layer trace: the third layer's cost (a layer between two others, its residual
     fused with its neighbours as inside the whole model) times each layer past the second."""
     layers = config.num_hidden_layers
     args = (config, tp, platform, logical_nc_config, input_tokens, cache_len)
     kw = dict(step_tokens=step_tokens, gqa_attention=gqa_attention, prefill_tokens=prefill_tokens,
-              decode_cache_len=decode_cache_len, batch=batch)
+              decode_cache_len=decode_cache_len, batch=batch, sequence_parallel=sequence_parallel)
     if layers <= 3 or not _uniform_layers(config, tp):
         return _compiled_forward_ns(*args, **kw)
     two = _compiled_forward_ns(*args, layers=2, **kw)
@@ -621,14 +719,16 @@ def _model_figures(config, tp, input_tokens, context, itemsize=2):
 
 
 def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_tokens=192, output_tokens=192,
-            mode="compiled", serving="device", step_tokens=1, max_model_len=None):
+            mode="compiled", serving="device", step_tokens=1, max_model_len=None, prefill_buckets=None):
     """Predicted TTFT and per-token latency of greedy generation, batch 1 (see the module's doc).
     `logical_nc_config` defaults to the platform's (2 on trn2/trn3, 1 on trn1).
     `serving` adds a serving stack's fixed cost per step (data/serving.toml; "device": none);
     `step_tokens` > 1 predicts a speculative verify step of that many tokens (compiled only;
     per_token_ms is then the step's time). `max_model_len` is the static KV cache's length
     (default: input + output tokens): a compiled step reads all of it, as vLLM Neuron's decode
-    programs read their whole `max_model_len` block table. Raises ValueError when `tp` does not divide the
+    programs read their whole `max_model_len` block table. `prefill_buckets`: the serving
+    stack's prefill lengths given explicitly (NxD Inference's context_encoding_buckets; default:
+    the stack's rule, data/serving.toml). Raises ValueError when `tp` does not divide the
     model's heads or MLP, or for an unknown platform, mode or serving stack."""
     if mode not in ("compiled", "eager"):
         raise ValueError(f"mode {mode!r}: choose 'compiled' (what NxD Inference and vLLM run) or 'eager'")
@@ -651,7 +751,7 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_
         if cache_len < input_tokens + output_tokens:
             raise ValueError(f"max_model_len {cache_len} is shorter than {input_tokens} input + {output_tokens} "
                              "output tokens")
-        prefill_tokens = prefill_bucket(serving, input_tokens, cache_len)
+        prefill_tokens = prefill_bucket(serving, input_tokens, cache_len, prefill_buckets)
         # The decode step reads its whole cache bucket: NxD Inference's token-generation buckets
         # (the one holding the generation's middle position), else all of max_model_len (vLLM
         # Neuron's block table, a static cache).
@@ -659,7 +759,7 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_
         prefill_ns, step_ns, programs = compiled_forward_ns(
             config, tp, platform, logical_nc_config, input_tokens, cache_len + step_tokens - 1, step_tokens,
             None if serving == "device" else serving_gqa_attention(serving), prefill_tokens,
-            decode_cache_len + step_tokens - 1)
+            decode_cache_len + step_tokens - 1, sequence_parallel=serving_sequence_parallel(serving))
         prefill_launches = decode_launches = programs
     else:
         model = build(config, tp)

@@ -64,7 +64,7 @@ TEST(CostModel, MatmulIsTheRooflineOfPaddedTensorWorkAndHbmTraffic) {
   work.matmul = {1, 300, 200, 100};
   work.hbm_bytes_read = (300 * 200 + 200 * 100) * 2;
   work.hbm_bytes_written = 300 * 100 * 2;
-  const double compute = 2.0 * 300 * 256 * 128 / (c("tensor_bf16_tflops") * 1e3 * 2);
+  const double compute = 2.0 * 300 * 256 * 128 / (c("tensor_bf16_tflops") * 1e3 * 2 * c("tensor_utilization"));
   const double memory = double(work.hbm_bytes_read + work.hbm_bytes_written) /
                         (c("hbm_chip_gbps") / c("physical_cores_per_chip") * 2);
   const WorkCost cost = model.cost(work);
@@ -75,7 +75,7 @@ TEST(CostModel, MatmulIsTheRooflineOfPaddedTensorWorkAndHbmTraffic) {
   work.matmul = {4, 4096, 4096, 4096};
   work.hbm_bytes_read = work.hbm_bytes_written = 0;
   work.eager_launch = false;
-  const double bf16 = 2.0 * 4 * 4096.0 * 4096 * 4096 / (c("tensor_bf16_tflops") * 1e3 * 2);
+  const double bf16 = 2.0 * 4 * 4096.0 * 4096 * 4096 / (c("tensor_bf16_tflops") * 1e3 * 2 * c("tensor_utilization"));
   EXPECT_EQ(model.cost(work).ns, ns(bf16));
   work.format = NumberFormat::kFP8;
   EXPECT_EQ(model.cost(work).ns, ns(bf16 * c("tensor_bf16_tflops") / c("tensor_fp8_tflops")));

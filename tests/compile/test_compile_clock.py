@@ -73,7 +73,7 @@ def test_matmul_add_program_costs_its_launch_and_its_steps_without_eager_launche
     pad = lambda value, to: -(-value // int(to)) * int(to)  # noqa: E731
     # mm, fp32 [8, 64] @ [64, 32]: k and n pad to the 128 x 128 array; no eager launch cost
     mm_compute = 2 * 8 * pad(64, TRN2["systolic_array_rows"]) * pad(32, TRN2["systolic_array_columns"]) / (
-        TRN2["tensor_fp32_tflops"] * 1e3 * lnc)
+        TRN2["tensor_fp32_tflops"] * 1e3 * lnc * TRN2["tensor_utilization"])
     mm_memory = (8 * 64 + 64 * 32 + 8 * 32) * 4 / hbm_per_ns
     # add, fp32 [8, 32] + [32]: one VectorE pass over its output
     add_compute = 8 * 32 / (TRN2["vector_lanes_other"] * TRN2["vector_clock_ghz"] * lnc)

@@ -36,7 +36,7 @@ class Hand:
     def matmul(self, m, k, n, itemsize=2, tflops="tensor_bf16_tflops"):
         pad = lambda value, to: -(-value // int(to)) * int(to)  # noqa: E731
         compute = 2 * m * pad(k, self.c["systolic_array_rows"]) * pad(n, self.c["systolic_array_columns"]) / (
-            self.c[tflops] * 1e3 * self.lnc)
+            self.c[tflops] * 1e3 * self.lnc * self.c["tensor_utilization"])
         return self.eager(compute, (m * k + k * n + m * n) * itemsize)
 
     def vector(self, elements, lanes, hbm_bytes):
@@ -92,7 +92,7 @@ def test_one_matmul_costs_the_padded_tensor_work_or_its_hbm_traffic():
     cost, _ = predicted_ns(lambda: a @ b)
     assert cost == Hand().matmul(2048, 1000, 1100)
     hand = Hand()
-    assert 2 * 2048 * 1024 * 1152 / (hand.c["tensor_bf16_tflops"] * 1e3 * 2) > \
+    assert 2 * 2048 * 1024 * 1152 / (hand.c["tensor_bf16_tflops"] * 1e3 * 2 * hand.c["tensor_utilization"]) > \
         (2048 * 1000 + 1000 * 1100 + 2048 * 1100) * 2 / hand.hbm_per_ns()
 
 

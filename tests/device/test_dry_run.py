@@ -2,6 +2,7 @@
 each op costed from its sizes and dtypes by the device clock's own cost path, agrees with the
 live clock's device_time() of the same forward on the device, and a 70B config runs."""
 import os
+import unittest.mock
 
 import pytest
 import torch
@@ -409,3 +410,66 @@ def test_shared_experts_are_sharded_with_the_rest():
     config.shared_expert_intermediate_size = 90  # not divisible by 4
     with pytest.raises(ValueError, match="shared_expert_intermediate_size 90"):
         dry_run.shard_config(config, 4)
+
+
+# ---- prefill as a serving stack's kernel runs it (issue 41 §3) ------------------------------------
+
+@pytest.mark.parametrize("length, visited", [(1, 1), (128, 128), (256, 192), (384, 256), (12800, 6464)])
+def test_a_causal_kernel_visits_the_key_tiles_on_and_below_the_diagonal(length, visited):
+    """n tiles of 128 per side: n (n + 1) / 2 of n^2 tiles visited (hand-computed: 256 positions,
+    2 tiles: 3 of 4; 12,800: 100 tiles, 5,050 of 10,000)."""
+    assert dry_run.causal_keys_visited(length) == visited
+
+
+def test_a_stacks_causal_prefill_costs_the_visited_tiles_only():
+    """The stack's prefill attention of 512 positions (4 tiles: 10 of 16 visited) costs as an
+    attention over 320 keys: less than the whole score matrix, the same as 320 keys by hand."""
+    config = tiny_llama()
+    stack = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 512, 600, gqa_attention=True)[0]
+    with unittest.mock.patch.object(dry_run, "causal_keys_visited", lambda length: length):
+        whole = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 512, 600, gqa_attention=True)[0]
+    with unittest.mock.patch.object(dry_run, "causal_keys_visited", lambda length: 320):
+        by_hand = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 512, 600, gqa_attention=True)[0]
+    assert stack == by_hand < whole
+
+
+def test_sequence_parallelism_divides_the_residual_streams_steps_only():
+    """Hand-made program of four steps over a [1, 8, 64] residual stream (tokens 8, hidden 64):
+    its norm pass (a value list) and residual add are split across the ranks, the matmul and
+    the MLP's [1, 8, 96] activation are not."""
+    from torch_neuron_sim.compile.lowering import A_VALUE, A_VALUES
+    values = [{"sizes": [1, 8, 64]}, {"sizes": [64, 96]}, {"sizes": [1, 8, 96]}, {"sizes": [1, 8, 64]}]
+    nodes = [{"op": "neuron::pointwise", "args": [(A_VALUES, 0, 0.0, [0], [], "")], "outputs": [3]},
+             {"op": "aten::mm", "args": [(A_VALUE, 3, 0.0, [], [], ""), (A_VALUE, 1, 0.0, [], [], "")], "outputs": [2]},
+             {"op": "aten::silu", "args": [(A_VALUE, 2, 0.0, [], [], "")], "outputs": [2]},
+             {"op": "aten::add.Tensor", "args": [(A_VALUE, 0, 0.0, [], [], ""), (A_VALUE, 3, 0.0, [], [], "")],
+              "outputs": [0]}]
+    steps = [(n["op"], ns) for n, ns in zip(nodes, (400.0, 1000.0, 300.0, 200.0))]
+    saved = dry_run._sequence_parallel_ns({"values": values, "nodes": nodes}, steps, hidden=64, tokens=8, tp=4)
+    assert saved == pytest.approx((400 + 200) * (1 - 1 / 4))
+
+
+def test_nxdi_prefill_is_sequence_parallel_across_its_ranks_and_vllm_neurons_is_not():
+    """serving.toml: NxD Inference's tutorials enable sequence parallelism; a TP 2 prefill costs
+    less with it, a decode step and a TP 1 prefill the same; vLLM Neuron is costed without it."""
+    config = tiny_llama()
+    config.num_key_value_heads = config.num_attention_heads
+    plain = dry_run.compiled_forward_ns(config, 2, "trn2", 2, 256, 300, gqa_attention=True)
+    split = dry_run.compiled_forward_ns(config, 2, "trn2", 2, 256, 300, gqa_attention=True, sequence_parallel=True)
+    assert split[0] < plain[0] and split[1] == plain[1]
+    one_rank = [dry_run.compiled_forward_ns(config, 1, "trn2", 2, 256, 300, gqa_attention=True, sequence_parallel=s)
+                for s in (False, True)]
+    assert one_rank[0] == one_rank[1]
+    assert dry_run.serving_sequence_parallel("nxdi") and not dry_run.serving_sequence_parallel("vllm-neuron")
+    assert not dry_run.serving_sequence_parallel("device")
+
+
+def test_explicit_prefill_buckets_choose_the_prefill_length():
+    """NxD Inference's context_encoding_buckets, as a calibration row gives them."""
+    config = tiny_llama()
+    p = dry_run.predict(config, "trn2", input_tokens=100, output_tokens=2, serving="nxdi", max_model_len=512,
+                        prefill_buckets=[64, 160, 512])
+    assert p.prefill_tokens == 160
+    with pytest.raises(ValueError, match="the largest must hold the prompt"):
+        dry_run.predict(config, "trn2", input_tokens=100, output_tokens=2, serving="nxdi", max_model_len=512,
+                        prefill_buckets=[64])
