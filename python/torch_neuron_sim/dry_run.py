@@ -24,6 +24,7 @@ times the remaining layers) so a 70B config answers in seconds; a model whose la
     python -m torch_neuron_sim.dry_run CONFIG_DIR --platform trn2 --tp 4 --input-tokens 192 --output-tokens 192
 """
 import argparse
+import contextvars
 import dataclasses
 import functools
 import math
@@ -424,16 +425,37 @@ def shard_config(config, tp):
 # over the touched experts' weights, T * k / touched rows each; the router (its linear, softmax,
 # top-k) and shared experts run as transformers computes them. TP shards the experts' inner
 # dimension (shard_config divides intermediate_size and EXPERT_WIDTHS, shared experts' too); the decode MBU
-# counts the experts one token touches. Not modelled: skewed routing (uniform is assumed), expert
-# parallelism.
+# counts the experts one token touches. Routing is uniform unless a skew is stated
+# (predict(routing_skew=s): expert i chosen in proportion to 1 / (i + 1)^s, expected_experts).
+# Not modelled: expert parallelism.
 MOE_TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k")
 
 
-def expected_experts(experts, top_k, tokens):
-    """Distinct experts T tokens touch with top-k of E under uniform routing (at least k)."""
+# The routing skew a prediction assumes (predict(routing_skew=...)): 0 is uniform routing.
+_ROUTING_SKEW = contextvars.ContextVar("routing_skew", default=0.0)
+
+
+def _check_skew(skew):
+    if isinstance(skew, bool) or not isinstance(skew, (int, float)) or not math.isfinite(skew) or skew < 0:
+        raise ValueError(f"routing_skew {skew!r}: give a number of 0 or more (0: uniform routing; s: expert i of "
+                         "E is chosen in proportion to 1 / (i + 1)^s)")
+    return float(skew)
+
+
+def expected_experts(experts, top_k, tokens, skew=None):
+    """Distinct experts T tokens touch with top-k of E (at least k). Routing skew s (default: the
+    prediction's, 0): expert i is chosen with probability q_i = min(1, k p_i), p_i proportional to
+    1 / (i + 1)^s (Zipf); E(distinct) = sum_i 1 - (1 - q_i)^T. s = 0 is uniform routing:
+    E (1 - (1 - k/E)^T)."""
     if tokens <= 0:
         return 0
-    expected = experts * (1 - (1 - top_k / experts) ** tokens)
+    skew = _check_skew(_ROUTING_SKEW.get() if skew is None else skew)
+    if skew == 0:
+        expected = experts * (1 - (1 - top_k / experts) ** tokens)
+    else:
+        weights = [(i + 1) ** -skew for i in range(experts)]
+        total = sum(weights)
+        expected = sum(1 - (1 - min(1.0, top_k * w / total)) ** tokens for w in weights)
     return max(min(top_k, experts), min(experts, math.ceil(expected - 1e-9)))
 
 
@@ -452,11 +474,12 @@ def _expert_weights(module):
 def _moe_kernel_forward(module, top_k):
     weights = _expert_weights(module)
     experts = weights[0].shape[0]
+    skew = _ROUTING_SKEW.get()  # read as the model is built: Dynamo cannot trace a ContextVar
 
     def forward(hidden_states, *args, **kwargs):
         hidden = hidden_states.shape[-1]
         tokens = hidden_states.numel() // hidden
-        touched = expected_experts(experts, top_k, tokens)
+        touched = expected_experts(experts, top_k, tokens, skew)
         rows = math.ceil(tokens * top_k / touched)
         x = hidden_states.new_zeros(touched, rows, hidden)
         for weight in weights:
@@ -719,7 +742,8 @@ def _model_figures(config, tp, input_tokens, context, itemsize=2):
 
 
 def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_tokens=192, output_tokens=192,
-            mode="compiled", serving="device", step_tokens=1, max_model_len=None, prefill_buckets=None):
+            mode="compiled", serving="device", step_tokens=1, max_model_len=None, prefill_buckets=None,
+            routing_skew=0.0):
     """Predicted TTFT and per-token latency of greedy generation, batch 1 (see the module's doc).
     `logical_nc_config` defaults to the platform's (2 on trn2/trn3, 1 on trn1).
     `serving` adds a serving stack's fixed cost per step (data/serving.toml; "device": none);
@@ -728,8 +752,20 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_
     (default: input + output tokens): a compiled step reads all of it, as vLLM Neuron's decode
     programs read their whole `max_model_len` block table. `prefill_buckets`: the serving
     stack's prefill lengths given explicitly (NxD Inference's context_encoding_buckets; default:
-    the stack's rule, data/serving.toml). Raises ValueError when `tp` does not divide the
+    the stack's rule, data/serving.toml). `routing_skew`: of a mixture-of-experts model's router
+    (expected_experts; 0, the default, is uniform: Note [Experts as a MoE kernel runs them]).
+    Raises ValueError when `tp` does not divide the
     model's heads or MLP, or for an unknown platform, mode or serving stack."""
+    token = _ROUTING_SKEW.set(_check_skew(routing_skew))
+    try:
+        return _predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, mode, serving,
+                        step_tokens, max_model_len, prefill_buckets)
+    finally:
+        _ROUTING_SKEW.reset(token)
+
+
+def _predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, mode, serving, step_tokens,
+             max_model_len, prefill_buckets):
     if mode not in ("compiled", "eager"):
         raise ValueError(f"mode {mode!r}: choose 'compiled' (what NxD Inference and vLLM run) or 'eager'")
     if input_tokens < 1 or output_tokens < 1:
@@ -920,11 +956,22 @@ def simulate_rate(prefill_ms, decode_step_ms, output_tokens, rate_per_s, request
 
 
 def serve(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_tokens=192, output_tokens=192,
-          concurrency=(1,), serving="device", max_model_len=None, requests_per_client=4, rates=()):
+          concurrency=(1,), serving="device", max_model_len=None, requests_per_client=4, rates=(), routing_skew=0.0):
     """[ServingLevel] per concurrency level (Note [Serving under load]), compiled programs: one
     request's prefill and a decode step per batch bucket up to the largest level, each costed as
     predict() costs it (collectives, the stack's fixed cost per step); then one per arrival rate in
-    `rates` (requests/s, open loop, max_num_seqs the largest concurrency level)."""
+    `rates` (requests/s, open loop, max_num_seqs the largest concurrency level); `routing_skew` as
+    predict's."""
+    token = _ROUTING_SKEW.set(_check_skew(routing_skew))
+    try:
+        return _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, concurrency,
+                      serving, max_model_len, requests_per_client, rates)
+    finally:
+        _ROUTING_SKEW.reset(token)
+
+
+def _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, concurrency, serving,
+           max_model_len, requests_per_client, rates):
     if not concurrency or any(not isinstance(c, int) or c < 1 for c in concurrency):
         raise ValueError(f"concurrency {concurrency!r}: give one or more whole numbers of requests, 1 or more")
     if any(not _positive_rate(r) for r in rates):
@@ -932,7 +979,7 @@ def serve(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_to
     if not isinstance(requests_per_client, int) or requests_per_client < 1:
         raise ValueError(f"requests_per_client {requests_per_client!r}: give 1 or more")
     single = predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, "compiled",
-                     serving, 1, max_model_len)  # validates the arguments; batch 1's step and TTFT
+                     serving, 1, max_model_len, routing_skew=_ROUTING_SKEW.get())  # validates the arguments; batch 1's step and TTFT
     config = _load_config(config_or_dir)
     lnc = single.logical_nc_config
     overhead_ns = serving_overhead_ns(serving)
@@ -970,13 +1017,15 @@ def main(argv=None):
                              "default: the device alone")
     parser.add_argument("--step-tokens", type=int, default=1, help="tokens per decode step (a verify step: >1)")
     parser.add_argument("--max-model-len", type=int, help="the static KV cache's length (default: input + output)")
+    parser.add_argument("--routing-skew", type=float, default=0.0,
+                        help="a mixture-of-experts router's skew (0: uniform; s: expert i chosen as 1 / (i + 1)^s)")
     args = parser.parse_args(argv)
     if not os.path.isfile(os.path.join(args.config_dir, "config.json")):
         parser.error(f"{args.config_dir}: no config.json there; give a folder holding a Hugging Face model's "
                      "config.json (weights are not needed), e.g. demo/configs/llama-3.1-8b")
     try:
         p = predict(args.config_dir, args.platform, args.tp, args.lnc, args.input_tokens, args.output_tokens,
-                    args.mode, args.serving, args.step_tokens, args.max_model_len)
+                    args.mode, args.serving, args.step_tokens, args.max_model_len, routing_skew=args.routing_skew)
     except (ValueError, RuntimeError) as error:
         parser.error(str(error))
     print(f"dry run: {args.config_dir} on {args.platform} LNC {p.logical_nc_config}, TP {args.tp}, batch 1, "

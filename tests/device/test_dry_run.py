@@ -1,6 +1,7 @@
 """The dry run (python/torch_neuron_sim/dry_run.py; issue 25 §2): a model on the meta device,
 each op costed from its sizes and dtypes by the device clock's own cost path, agrees with the
 live clock's device_time() of the same forward on the device, and a 70B config runs."""
+import math
 import os
 import unittest.mock
 
@@ -473,3 +474,31 @@ def test_explicit_prefill_buckets_choose_the_prefill_length():
     with pytest.raises(ValueError, match="the largest must hold the prompt"):
         dry_run.predict(config, "trn2", input_tokens=100, output_tokens=2, serving="nxdi", max_model_len=512,
                         prefill_buckets=[64])
+
+
+def test_a_stated_routing_skew_touches_fewer_experts_and_zero_is_uniform():
+    """expected_experts with skew s: sum over experts of 1 - (1 - min(1, k p_i))^T, p_i Zipf;
+    computed here independently for E 32, k 4, T 8 and s 1; skew 0 gives the uniform formula."""
+    weights = [1 / (i + 1) for i in range(32)]
+    by_hand = sum(1 - (1 - min(1.0, 4 * w / sum(weights))) ** 8 for w in weights)
+    assert dry_run.expected_experts(32, 4, 8, skew=1.0) == math.ceil(by_hand) < dry_run.expected_experts(32, 4, 8)
+    assert dry_run.expected_experts(32, 4, 8, skew=0) == 22
+    assert dry_run.expected_experts(32, 4, 1, skew=3.0) == 4  # never fewer than k
+    for bad in (-1, float("nan"), float("inf"), "1", True):
+        with pytest.raises(ValueError, match="routing_skew"):
+            dry_run.expected_experts(32, 4, 8, skew=bad)
+
+
+def test_a_skewed_router_makes_a_moe_verify_step_cheaper_and_the_setting_does_not_leak():
+    """predict(routing_skew=...) holds for that prediction only (a context variable)."""
+    config = transformers.MixtralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                        num_local_experts=8, num_experts_per_tok=2)
+    uniform = dry_run.predict(config, "trn2", input_tokens=16, output_tokens=4, step_tokens=4)
+    skewed = dry_run.predict(config, "trn2", input_tokens=16, output_tokens=4, step_tokens=4, routing_skew=2.0)
+    assert skewed.per_token_ms < uniform.per_token_ms
+    assert dry_run._ROUTING_SKEW.get() == 0.0
+    again = dry_run.predict(config, "trn2", input_tokens=16, output_tokens=4, step_tokens=4)
+    assert again.per_token_ms == uniform.per_token_ms
+    with pytest.raises(ValueError, match="routing_skew"):
+        dry_run.predict(config, "trn2", routing_skew=-0.5)
