@@ -40,7 +40,10 @@ def cost_model(config_dir=None):
     """(cost model version, calibration error as a fraction or None): what labels a prediction;
     for a mixture-of-experts model (config_dir) its checks count too."""
     dry_run = _dry_run()
-    moe = config_dir is not None and dry_run.is_moe(config_dir)
+    try:
+        moe = config_dir is not None and dry_run.is_moe(config_dir)
+    except (ValueError, OSError):  # a config the dry run cannot read: each TP row is refused with the reason
+        moe = False
     return dry_run.COST_MODEL_VERSION, dry_run.calibration_error(moe=moe)
 
 

@@ -61,7 +61,8 @@ def predict_rows():
     """One entry per published figure of each row: TTFT (kind "prefill"), per-token latency
     ("decode", or "MoE decode" for a mixture-of-experts model), speculative verify steps of
     `verify_steps` [[tokens, ms], ...] ("verify" / "MoE verify"), and output tokens/s at
-    `concurrency` ("batch": the continuous-batching simulator, Note [Serving under load])."""
+    `concurrency` and its median TPOT ("batch": the continuous-batching simulator, Note [Serving
+    under load])."""
     results = []
     overhead = {}
     for row in rows():
@@ -71,7 +72,7 @@ def predict_rows():
         p = dry_run.predict(config, **args)
         overhead_ms = dry_run.serving_overhead_ns(row["serving"]) / 1e6
         if "ttft_ms" in row:
-            results.append(_entry(row, "ttft_ms", row["ttft_ms"], p.ttft_ms, "prefill"))
+            results.append(_entry(row, "ttft_ms", row["ttft_ms"], p.ttft_ms, moe + "prefill"))
             results[-1]["device_only_ms"] = round(p.ttft_ms - overhead_ms, 2)
         if "per_token_ms" in row:
             results.append(_entry(row, "per_token_ms", row["per_token_ms"], p.per_token_ms, moe + "decode"))
@@ -80,11 +81,14 @@ def predict_rows():
             v = dry_run.predict(config, **args, step_tokens=tokens)
             results.append(_entry(row, f"verify_step_ms:{tokens}", published, v.per_token_ms, moe + "verify"))
             results[-1]["device_only_ms"] = round(v.per_token_ms - overhead_ms, 2)
-        if "throughput_tok_s" in row:
-            level, = dry_run.serve(config, **{k: v for k, v in args.items() if k != "prefill_buckets"},
-                                   concurrency=(row["concurrency"],))
-            results.append(_entry(row, f"throughput_tok_s:{row['concurrency']}", row["throughput_tok_s"],
-                                  level.tokens_per_s, "batch", unit="tok/s"))
+        if "concurrency" in row:
+            level, = dry_run.serve(config, **args, concurrency=(row["concurrency"],))
+            if "throughput_tok_s" in row:
+                results.append(_entry(row, f"throughput_tok_s:{row['concurrency']}", row["throughput_tok_s"],
+                                      level.tokens_per_s, moe + "batch", unit="tok/s"))
+            if "tpot_ms" in row:
+                results.append(_entry(row, f"tpot_ms:{row['concurrency']}", row["tpot_ms"], level.tpot_ms["p50"],
+                                      moe + "batch"))
     return {"cost_model": dry_run.COST_MODEL_VERSION, "rows": results}
 
 
@@ -92,10 +96,11 @@ def _figure(metric):
     name, _, count = metric.partition(":")
     return {"ttft_ms": "TTFT", "per_token_ms": "per-token latency",
             "verify_step_ms": f"{count}-token verify step",
-            "throughput_tok_s": f"output tokens/s at concurrency {count}"}[name]
+            "throughput_tok_s": f"output tokens/s at concurrency {count}",
+            "tpot_ms": f"median TPOT at concurrency {count}"}[name]
 
 
-KINDS = ("prefill", "decode", "verify", "batch", "MoE decode", "MoE verify")
+KINDS = ("prefill", "decode", "verify", "batch", "MoE prefill", "MoE decode", "MoE verify", "MoE batch")
 
 
 def table(results):

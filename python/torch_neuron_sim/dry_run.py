@@ -76,6 +76,12 @@ ATTENTION = "neuron_dry_run"
 ATTENTION_STACK = {True: "neuron_dry_run_stack_gqa", False: "neuron_dry_run_stack"}
 
 
+# True while the dry run traces a prefill from position 0 (_compiled_forward_ns sets it per
+# forward): a step of several tokens with a cache behind it (a speculative verify step) reads
+# the cache. A plain global, which Dynamo guards on (it cannot trace a ContextVar).
+_STACK_PREFILL = False
+
+
 def _stack_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
                              *, grouped, **kwargs):
     """transformers' SDPA attention as a serving stack's kernel runs it. A prefill (several
@@ -83,14 +89,14 @@ def _stack_attention_forward(module, query, key, value, attention_mask, dropout=
     `grouped`: the key-value heads go to the kernel as they are (enable_gqa), where
     transformers' compiled path copies them per query head (repeat_kv)."""
     q_length = query.shape[2]
-    if q_length > 1:
+    if q_length > 1 and _STACK_PREFILL:
         # Note [Prefill as a serving stack's kernel runs it]: a causal kernel visits the key tiles
         # at or below the diagonal; the dry run traces on meta (no values), so the attention is
         # costed over that share of the prompt's keys
         visited = causal_keys_visited(q_length)
         key, value = key[:, :, :visited, :], value[:, :, :visited, :]
         attention_mask, is_causal = None, False
-    elif not grouped:
+    elif not grouped:  # a decode or verify step over the cache
         from transformers.integrations.sdpa_attention import repeat_kv
         key, value = repeat_kv(key, module.num_key_value_groups), repeat_kv(value, module.num_key_value_groups)
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
@@ -110,13 +116,16 @@ def _stack_attention_forward(module, query, key, value, attention_mask, dropout=
 # - sequence parallelism where the stack uses it (data/serving.toml `sequence_parallel`: NxD
 #   Inference's tutorials enable it): outside attention and the MLP, each of the TP ranks works
 #   on 1/TP of the sequence: the norms, residual adds and the embedding's output. The dry run
-#   traces one rank of plain TP, so every program step that reads or writes the residual stream
-#   (a [.., L, hidden] value) and is not a matmul or an attention is costed at 1/TP
+#   traces one rank of plain TP, so every program step that writes the residual stream (a
+#   [1, L, hidden] value) or reduces it (a norm's statistics) and is not a matmul, an attention
+#   or a cache write is costed at 1/TP
 #   (_sequence_parallel_ns; not when a rank's MLP is as wide as the hidden size, whose
 #   activations would look the same). The collectives keep their bytes: an all-reduce becomes a
 #   reduce-scatter and an all-gather, the same ring traffic (collective_ns).
 # Not modelled: chunked prefill, the overlap of the collectives with compute (a collective
-# engine's), fusion of the norms into the matmul kernels beyond the simulator's pointwise groups.
+# engine's), fusion of the norms into the matmul kernels beyond the simulator's pointwise groups,
+# sliding-window layers (their causal tiles are counted as a full causal layer's: a window of W
+# visits about min(L, W + T) keys per query tile) and attention sinks (gpt-oss).
 CAUSAL_TILE = 128
 
 
@@ -128,30 +137,36 @@ def causal_keys_visited(length, tile=CAUSAL_TILE):
 
 
 _NOT_SEQUENCE_PARALLEL = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "dot", "_scaled_mm",
-                          "convolution", "index_copy_", "index_copy")
+                          "convolution", "index_copy_", "index_copy", "index_put_", "index_put", "scatter_",
+                          "index_add_", "new_zeros", "zeros", "empty")
+
+
+_REDUCTIONS = ("mean", "sum", "var", "var_mean", "amax", "amin", "norm", "linalg_vector_norm")
 
 
 def _sequence_parallel_ns(desc, steps, hidden, tokens, tp):
     """The ns a rank saves in a program when its residual stream is split across `tp` ranks
-    (Note [Prefill as a serving stack's kernel runs it]): each step that touches a value of
-    `tokens` x `hidden` elements ending in `hidden` and is not a matmul or attention costs
-    1/tp of what it costs whole."""
+    (Note [Prefill as a serving stack's kernel runs it]): each step that writes the stream (a
+    [1, tokens, hidden] value, the model's batch-1 activations) or reduces it (a norm's
+    statistics) and is not a matmul, attention or cache write costs 1/tp of what it costs whole.
+    Steps on flattened [tokens, hidden] values (a MoE kernel's) stay whole."""
     from .compile.lowering import A_VALUE, A_VALUES
     values = desc["values"]
 
     def stream(index):
         sizes = values[index]["sizes"] if 0 <= index < len(values) else []
-        return bool(sizes) and sizes[-1] == hidden and math.prod(sizes) == tokens * hidden
+        return len(sizes) == 3 and list(sizes) == [1, tokens, hidden]
 
     saved = 0.0
     for node, (op, ns) in zip(desc["nodes"], steps):
         name = op.split("::")[-1].split(".")[0]
         if name in _NOT_SEQUENCE_PARALLEL or "attention" in name or op.startswith("_c10d"):
             continue
-        touched = list(node["outputs"])
+        inputs = []
         for arg in node["args"]:
-            touched += [arg[1]] if arg[0] == A_VALUE else list(arg[3]) if arg[0] == A_VALUES else []
-        if any(stream(index) for index in touched):
+            inputs += [arg[1]] if arg[0] == A_VALUE else list(arg[3]) if arg[0] == A_VALUES else []
+        if any(stream(index) for index in node["outputs"]) or (
+                name in _REDUCTIONS and any(stream(index) for index in inputs)):
             saved += ns * (1 - 1 / tp)
     return saved
 
@@ -260,7 +275,7 @@ def calibration_error(moe=False):
     data/calibration.json) for this cost model, as a fraction; None when not calibrated. `moe`:
     of a mixture-of-experts model's figures too (its checks are of their own kinds)."""
     from .calibration import DENSE_KINDS, calibration_error as stored
-    return stored(DENSE_KINDS + (("MoE decode", "MoE verify") if moe else ()))
+    return stored(DENSE_KINDS + (("MoE prefill", "MoE decode", "MoE verify", "MoE batch") if moe else ()))
 
 
 def is_moe(config_or_dir):
@@ -307,9 +322,11 @@ def prefill_bucket(serving, input_tokens, max_len, buckets=None):
     it (data/serving.toml `prefill_buckets`, with the stack's documented rule). `max_len`: the
     largest bucket (max_model_len). `buckets`: the stack's buckets given explicitly (NxD
     Inference's context_encoding_buckets), in place of its rule."""
-    if buckets:
-        if any(not isinstance(b, int) or b < 1 for b in buckets):
-            raise ValueError(f"prefill buckets {buckets!r}: give whole numbers of positions, 1 or more")
+    if buckets is not None:
+        if not isinstance(buckets, (list, tuple)) or not buckets or \
+                any(type(b) is not int or b < 1 for b in buckets):
+            raise ValueError(f"prefill_buckets {buckets!r}: give a non-empty list of whole numbers of positions, "
+                             "1 or more (NxD Inference's context_encoding_buckets)")
         if max(buckets) < input_tokens or max(buckets) > max_len:
             raise ValueError(f"prefill buckets {sorted(buckets)}: the largest must hold the prompt ({input_tokens} "
                              f"positions) and fit the cache ({max_len})")
@@ -652,6 +669,8 @@ def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, 
             # nothing is split (the prefill is costed as plain TP, never the MLP's work divided)
             split = sequence_parallel and getattr(shard, "intermediate_size", None) != shard.hidden_size
             costs.sequence_parallel = (tp, shard.hidden_size, prefill_tokens) if prefill and split else None
+            global _STACK_PREFILL
+            _STACK_PREFILL = prefill
             try:
                 forward(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
                         cache_position=positions)
@@ -956,22 +975,23 @@ def simulate_rate(prefill_ms, decode_step_ms, output_tokens, rate_per_s, request
 
 
 def serve(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_tokens=192, output_tokens=192,
-          concurrency=(1,), serving="device", max_model_len=None, requests_per_client=4, rates=(), routing_skew=0.0):
+          concurrency=(1,), serving="device", max_model_len=None, requests_per_client=4, rates=(), routing_skew=0.0,
+          prefill_buckets=None):
     """[ServingLevel] per concurrency level (Note [Serving under load]), compiled programs: one
     request's prefill and a decode step per batch bucket up to the largest level, each costed as
     predict() costs it (collectives, the stack's fixed cost per step); then one per arrival rate in
-    `rates` (requests/s, open loop, max_num_seqs the largest concurrency level); `routing_skew` as
-    predict's."""
+    `rates` (requests/s, open loop, max_num_seqs the largest concurrency level); `routing_skew` and
+    `prefill_buckets` as predict's."""
     token = _ROUTING_SKEW.set(_check_skew(routing_skew))
     try:
         return _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, concurrency,
-                      serving, max_model_len, requests_per_client, rates)
+                      serving, max_model_len, requests_per_client, rates, prefill_buckets)
     finally:
         _ROUTING_SKEW.reset(token)
 
 
 def _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, concurrency, serving,
-           max_model_len, requests_per_client, rates):
+           max_model_len, requests_per_client, rates, prefill_buckets):
     if not concurrency or any(not isinstance(c, int) or c < 1 for c in concurrency):
         raise ValueError(f"concurrency {concurrency!r}: give one or more whole numbers of requests, 1 or more")
     if any(not _positive_rate(r) for r in rates):
@@ -979,7 +999,7 @@ def _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_
     if not isinstance(requests_per_client, int) or requests_per_client < 1:
         raise ValueError(f"requests_per_client {requests_per_client!r}: give 1 or more")
     single = predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, "compiled",
-                     serving, 1, max_model_len, routing_skew=_ROUTING_SKEW.get())  # validates the arguments; batch 1's step and TTFT
+                     serving, 1, max_model_len, prefill_buckets, routing_skew=_ROUTING_SKEW.get())  # validates the arguments; batch 1's step and TTFT
     config = _load_config(config_or_dir)
     lnc = single.logical_nc_config
     overhead_ns = serving_overhead_ns(serving)

@@ -435,9 +435,10 @@ def test_a_stacks_causal_prefill_costs_the_visited_tiles_only():
 
 
 def test_sequence_parallelism_divides_the_residual_streams_steps_only():
-    """Hand-made program of four steps over a [1, 8, 64] residual stream (tokens 8, hidden 64):
-    its norm pass (a value list) and residual add are split across the ranks, the matmul and
-    the MLP's [1, 8, 96] activation are not."""
+    """Hand-made program over a [1, 8, 64] residual stream (tokens 8, hidden 64): the steps that
+    write it (a norm pass with a value list, a residual add) or reduce it (the norm's mean) are
+    split across the ranks; the matmul, the MLP's [1, 8, 96] activation, a flattened [8, 64]
+    value (a MoE kernel's) and a step that only reads the stream are not."""
     from torch_neuron_sim.compile.lowering import A_VALUE, A_VALUES
     values = [{"sizes": [1, 8, 64]}, {"sizes": [64, 96]}, {"sizes": [1, 8, 96]}, {"sizes": [1, 8, 64]}]
     nodes = [{"op": "neuron::pointwise", "args": [(A_VALUES, 0, 0.0, [0], [], "")], "outputs": [3]},
@@ -445,16 +446,26 @@ def test_sequence_parallelism_divides_the_residual_streams_steps_only():
              {"op": "aten::silu", "args": [(A_VALUE, 2, 0.0, [], [], "")], "outputs": [2]},
              {"op": "aten::add.Tensor", "args": [(A_VALUE, 0, 0.0, [], [], ""), (A_VALUE, 3, 0.0, [], [], "")],
               "outputs": [0]}]
-    steps = [(n["op"], ns) for n, ns in zip(nodes, (400.0, 1000.0, 300.0, 200.0))]
+    values += [{"sizes": [1, 8, 1]}, {"sizes": [8, 64]}]
+    nodes += [{"op": "aten::mean.dim", "args": [(A_VALUE, 3, 0.0, [], [], "")], "outputs": [4]},  # a norm's statistics
+              {"op": "aten::add.Tensor", "args": [(A_VALUE, 5, 0.0, [], [], "")], "outputs": [5]},  # flattened: a MoE kernel's
+              {"op": "aten::mul.Tensor", "args": [(A_VALUE, 0, 0.0, [], [], "")], "outputs": [2]}]  # reads it, writes no stream
+    steps = [(n["op"], ns) for n, ns in zip(nodes, (400.0, 1000.0, 300.0, 200.0, 50.0, 70.0, 90.0))]
     saved = dry_run._sequence_parallel_ns({"values": values, "nodes": nodes}, steps, hidden=64, tokens=8, tp=4)
-    assert saved == pytest.approx((400 + 200) * (1 - 1 / 4))
+    assert saved == pytest.approx((400 + 200 + 50) * (1 - 1 / 4))
 
 
 def test_nxdi_prefill_is_sequence_parallel_across_its_ranks_and_vllm_neurons_is_not():
     """serving.toml: NxD Inference's tutorials enable sequence parallelism; a TP 2 prefill costs
-    less with it, a decode step and a TP 1 prefill the same; vLLM Neuron is costed without it."""
+    less with it, a decode step and a TP 1 prefill the same; vLLM Neuron is costed without it. A
+    rank whose MLP is as wide as the hidden size (tiny_llama's 128 / 2) is not split (its MLP's
+    activations would look like the stream)."""
     config = tiny_llama()
     config.num_key_value_heads = config.num_attention_heads
+    ambiguous = [dry_run.compiled_forward_ns(config, 2, "trn2", 2, 256, 300, gqa_attention=True, sequence_parallel=s)
+                 for s in (False, True)]
+    assert ambiguous[0] == ambiguous[1]
+    config.intermediate_size = 256
     plain = dry_run.compiled_forward_ns(config, 2, "trn2", 2, 256, 300, gqa_attention=True)
     split = dry_run.compiled_forward_ns(config, 2, "trn2", 2, 256, 300, gqa_attention=True, sequence_parallel=True)
     assert split[0] < plain[0] and split[1] == plain[1]

@@ -209,14 +209,26 @@ def accept_neuron_in_flex_attention(device_type="neuron"):
 REGIONAL_INDUCTOR = "torch.fx.passes.regional_inductor"
 
 
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
 def _region_devices(gm, prefix):
-    """{region name: the device types of its inputs} for the regions `prefix` names in `gm`."""
+    """{region name: the device types of its tensors} for the regions `prefix` names in `gm`:
+    its inputs', its outputs' and those of the values made inside it (a region may make its
+    tensors from sizes, or move CPU inputs to the device)."""
     devices = {}
     for node in gm.graph.nodes:
         if node.op == "call_module" and str(node.target).startswith(prefix):
-            devices[node.target] = {value.device.type for value in
-                                    (getattr(i, "meta", {}).get("val") for i in node.all_input_nodes)
-                                    if isinstance(value, torch.Tensor)}
+            nodes = [*node.all_input_nodes, node]
+            submodule = getattr(gm, str(node.target), None)
+            if isinstance(submodule, torch.fx.GraphModule):
+                nodes += list(submodule.graph.nodes)
+            devices[node.target] = {t.device.type for n in nodes for t in _tensors(getattr(n, "meta", {}).get("val"))}
     return devices
 
 
