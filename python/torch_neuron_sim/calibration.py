@@ -10,6 +10,7 @@ shown, but its zero error is not a check, and calibration_error() leaves it out.
 import argparse
 import json
 import os
+import statistics
 import sys
 import tomllib
 
@@ -26,10 +27,6 @@ BEGIN, END = "<!-- calibration table: make calibrate -->", "<!-- end of calibrat
 def rows():
     with open(ROWS, "rb") as f:
         return tomllib.load(f)["row"]
-
-
-def _is_moe(config_dir):
-    return dry_run._top_k(dry_run._load_config(config_dir)) is not None
 
 
 def _fitted(row):
@@ -68,7 +65,7 @@ def predict_rows():
     for row in rows():
         config = os.path.join(ROOT, row["config"])
         args = row_arguments(row)
-        moe = "MoE " if _is_moe(config) else ""
+        moe = "MoE " if dry_run.is_moe(config) else ""
         p = dry_run.predict(config, **args)
         overhead_ms = dry_run.serving_overhead_ns(row["serving"]) / 1e6
         if "ttft_ms" in row:
@@ -100,7 +97,9 @@ def _figure(metric):
             "tpot_ms": f"median TPOT at concurrency {count}"}[name]
 
 
-KINDS = ("prefill", "decode", "verify", "batch", "MoE prefill", "MoE decode", "MoE verify", "MoE batch")
+DENSE_KINDS = ("prefill", "decode", "verify", "batch")
+MOE_KINDS = tuple(f"MoE {kind}" for kind in DENSE_KINDS)
+KINDS = DENSE_KINDS + MOE_KINDS
 
 
 def table(results):
@@ -121,9 +120,7 @@ def table(results):
     for kind in KINDS:
         errors = sorted(abs(r["error"]) for r in checks if r["kind"] == kind)
         if errors:
-            median = errors[len(errors) // 2] if len(errors) % 2 else (errors[len(errors) // 2 - 1] +
-                                                                       errors[len(errors) // 2]) / 2
-            lines.append(f"| {kind} | {len(errors)} | {median:.1%} | {errors[-1]:.1%} |")
+            lines.append(f"| {kind} | {len(errors)} | {statistics.median(errors):.1%} | {errors[-1]:.1%} |")
     lines.append("")
     lines.append(f"Cost model {results['cost_model']}: largest error of the checks (fitted figures left out): "
                  f"{max(abs(r['error']) for r in checks):.1%}.")
@@ -140,13 +137,9 @@ def _docs_with(text):
     return head + BEGIN + "\n" + text + "\n" + END + tail
 
 
-DENSE_KINDS = ("prefill", "decode", "verify", "batch")
-
-
 def calibration_error(kinds=DENSE_KINDS):
     """The largest |predicted / published - 1| of the checks of `kinds` in data/calibration.json
-    (default: a dense model's figures; add "MoE decode" and "MoE verify" for a mixture-of-experts
-    model), or None."""
+    (default: a dense model's figures; add MOE_KINDS for a mixture-of-experts model), or None."""
     try:
         with open(RESULTS) as f:
             results = json.load(f)

@@ -24,6 +24,7 @@ times the remaining layers) so a 70B config answers in seconds; a model whose la
     python -m torch_neuron_sim.dry_run CONFIG_DIR --platform trn2 --tp 4 --input-tokens 192 --output-tokens 192
 """
 import argparse
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -155,7 +156,7 @@ def _sequence_parallel_ns(desc, steps, hidden, tokens, tp):
 
     def stream(index):
         sizes = values[index]["sizes"] if 0 <= index < len(values) else []
-        return len(sizes) == 3 and list(sizes) == [1, tokens, hidden]
+        return list(sizes) == [1, tokens, hidden]
 
     saved = 0.0
     for node, (op, ns) in zip(desc["nodes"], steps):
@@ -274,8 +275,8 @@ def calibration_error(moe=False):
     """The largest |predicted / published - 1| of the calibration checks (docs/device-clock.md,
     data/calibration.json) for this cost model, as a fraction; None when not calibrated. `moe`:
     of a mixture-of-experts model's figures too (its checks are of their own kinds)."""
-    from .calibration import DENSE_KINDS, calibration_error as stored
-    return stored(DENSE_KINDS + (("MoE prefill", "MoE decode", "MoE verify", "MoE batch") if moe else ()))
+    from .calibration import DENSE_KINDS, MOE_KINDS, calibration_error as stored
+    return stored(DENSE_KINDS + (MOE_KINDS if moe else ()))
 
 
 def is_moe(config_or_dir):
@@ -450,6 +451,16 @@ MOE_TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k")
 
 # The routing skew a prediction assumes (predict(routing_skew=...)): 0 is uniform routing.
 _ROUTING_SKEW = contextvars.ContextVar("routing_skew", default=0.0)
+
+
+@contextlib.contextmanager
+def _routing(skew):
+    """The routing skew the predictions made inside assume (checked)."""
+    token = _ROUTING_SKEW.set(_check_skew(skew))
+    try:
+        yield
+    finally:
+        _ROUTING_SKEW.reset(token)
 
 
 def _check_skew(skew):
@@ -775,12 +786,9 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_
     (expected_experts; 0, the default, is uniform: Note [Experts as a MoE kernel runs them]).
     Raises ValueError when `tp` does not divide the
     model's heads or MLP, or for an unknown platform, mode or serving stack."""
-    token = _ROUTING_SKEW.set(_check_skew(routing_skew))
-    try:
+    with _routing(routing_skew):
         return _predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, mode, serving,
                         step_tokens, max_model_len, prefill_buckets)
-    finally:
-        _ROUTING_SKEW.reset(token)
 
 
 def _predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, mode, serving, step_tokens,
@@ -982,12 +990,9 @@ def serve(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_to
     predict() costs it (collectives, the stack's fixed cost per step); then one per arrival rate in
     `rates` (requests/s, open loop, max_num_seqs the largest concurrency level); `routing_skew` and
     `prefill_buckets` as predict's."""
-    token = _ROUTING_SKEW.set(_check_skew(routing_skew))
-    try:
+    with _routing(routing_skew):
         return _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, concurrency,
                       serving, max_model_len, requests_per_client, rates, prefill_buckets)
-    finally:
-        _ROUTING_SKEW.reset(token)
 
 
 def _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, concurrency, serving,

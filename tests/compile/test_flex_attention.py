@@ -248,6 +248,25 @@ def train(model, x, block_mask, step, steps=2):
     return torch.stack(losses), [p.detach().cpu() for p in model.parameters()]
 
 
+def train_eager_and_compiled(reference, x, block_mask, compiled_step, monkeypatch):
+    """(eager, compiled, programs): two copies of `reference` on neuron trained from its weights,
+    one eagerly, one by `compiled_step`, and the neuron programs compiled for the second."""
+    eager_model = type(reference)().to("neuron")
+    eager_model.load_state_dict(reference.state_dict())
+    eager = train(eager_model, x, block_mask, lambda m, *a: m(*a))
+    programs = compiled_programs(monkeypatch)
+    compiled_model = type(reference)().to("neuron")
+    compiled_model.load_state_dict(reference.state_dict())
+    return eager, train(compiled_model, x, block_mask, compiled_step), programs
+
+
+def assert_trained_alike(compiled, eager, reference):
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-6)
+    for got, expected in zip(compiled[1], eager[1]):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert not torch.equal(compiled[1][2], reference.bias.detach())  # the bias learned
+
+
 def test_a_compiled_module_trains_as_eager(monkeypatch):
     torch.manual_seed(0)
     reference = Attention()
@@ -257,18 +276,10 @@ def test_a_compiled_module_trains_as_eager(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         block_mask = torch.compile(create_block_mask)(document_causal(doc_ids), B, None, S, S, device="neuron")
-    eager_model = Attention().to("neuron")
-    eager_model.load_state_dict(reference.state_dict())
-    eager = train(eager_model, x, block_mask, lambda m, *a: m(*a))
-    programs = compiled_programs(monkeypatch)
-    compiled_model = Attention().to("neuron")
-    compiled_model.load_state_dict(reference.state_dict())
-    compiled = train(compiled_model, x, block_mask, torch.compile(lambda m, *a: m(*a), backend="neuron"))
+    eager, compiled, programs = train_eager_and_compiled(
+        reference, x, block_mask, torch.compile(lambda m, *a: m(*a), backend="neuron"), monkeypatch)
     assert [p["metadata"]["graph_type"] for p in programs] == ["forward", "backward"]
-    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-6)
-    for got, expected in zip(compiled[1], eager[1]):
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
-    assert not torch.equal(compiled[1][2], reference.bias.detach())  # the bias learned
+    assert_trained_alike(compiled, eager, reference)
 
 
 def test_compiled_inference_as_torchtitan_compiles_it(monkeypatch):
@@ -307,26 +318,19 @@ def test_regional_inductor_region_on_neuron_runs_as_aot_eager(monkeypatch):
     region runs eagerly with the rest (patch 5 of Note [Patches of torch internals]); training
     gives eager's losses and parameters, and no neuron program is compiled."""
     from torch._dynamo.backends.common import aot_autograd
+    from torch.fx.passes import regional_inductor as regional_inductor_module
     from torch.fx.passes.regional_inductor import regional_inductor
     torch.manual_seed(0)
     reference = RegionalAttention()
     x = torch.randn(B, S, 64).to("neuron")
     block_mask = create_block_mask(causal, B, None, S, S, device="neuron")
-    eager_model = RegionalAttention().to("neuron")
-    eager_model.load_state_dict(reference.state_dict())
-    eager = train(eager_model, x, block_mask, lambda m, *a: m(*a))
-    programs = compiled_programs(monkeypatch)
-    compiled_model = RegionalAttention().to("neuron")
-    compiled_model.load_state_dict(reference.state_dict())
     aot_eager = aot_autograd(fw_compiler=regional_inductor, bw_compiler=regional_inductor)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        compiled = train(compiled_model, x, block_mask, torch.compile(lambda m, *a: m(*a), backend=aot_eager,
-                                                                      fullgraph=True))
+        eager, compiled, programs = train_eager_and_compiled(
+            reference, x, block_mask, torch.compile(lambda m, *a: m(*a), backend=aot_eager, fullgraph=True),
+            monkeypatch)
     assert programs == []
     assert any("Inductor does not generate code for the neuron device" in str(w.message) for w in caught) or \
-        getattr(__import__("torch.fx.passes.regional_inductor", fromlist=["_"])._compile_submod, "_warned")
-    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-6)
-    for got, expected in zip(compiled[1], eager[1]):
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
-    assert not torch.equal(compiled[1][2], reference.bias.detach())  # the bias learned
+        getattr(regional_inductor_module._compile_submod, "_warned")
+    assert_trained_alike(compiled, eager, reference)

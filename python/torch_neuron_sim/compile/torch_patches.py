@@ -71,8 +71,8 @@ run those tests first.
    so running the region eagerly too gives aot_eager's numbers; `--compile.backend inductor`
    (which compiles with backend "neuron", patch 2) is the road that compiles it.
    Relies on: the module's _compile_submod(gm, prefix), called by _RegionCompiler.compile_region
-   through its global name; the region's call_module nodes named with `prefix` and their inputs'
-   meta["val"].
+   through its global name; the region's call_module nodes named with `prefix`, and the
+   meta["val"] of their inputs, of themselves and of their submodules' nodes.
    Tests: test_compile_torch_patches.py::test_regional_inductor_compiles_regions_through_the_patched_function;
    tests/compile/test_flex_attention.py::test_regional_inductor_region_on_neuron_runs_as_aot_eager;
    tests/distributed/test_torchtitan.py::test_compile_backends_other_than_inductor_with_flex_attention.
@@ -209,18 +209,11 @@ def accept_neuron_in_flex_attention(device_type="neuron"):
 REGIONAL_INDUCTOR = "torch.fx.passes.regional_inductor"
 
 
-def _tensors(value):
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
-
-
 def _region_devices(gm, prefix):
     """{region name: the device types of its tensors} for the regions `prefix` names in `gm`:
     its inputs', its outputs' and those of the values made inside it (a region may make its
     tensors from sizes, or move CPU inputs to the device)."""
+    from torch.utils._pytree import tree_leaves
     devices = {}
     for node in gm.graph.nodes:
         if node.op == "call_module" and str(node.target).startswith(prefix):
@@ -228,7 +221,8 @@ def _region_devices(gm, prefix):
             submodule = getattr(gm, str(node.target), None)
             if isinstance(submodule, torch.fx.GraphModule):
                 nodes += list(submodule.graph.nodes)
-            devices[node.target] = {t.device.type for n in nodes for t in _tensors(getattr(n, "meta", {}).get("val"))}
+            devices[node.target] = {t.device.type for n in nodes for t in tree_leaves(getattr(n, "meta", {}).get("val"))
+                                    if isinstance(t, torch.Tensor)}
     return devices
 
 
