@@ -60,6 +60,9 @@ def parser():
     predict.add_argument("--serving", choices=["device", "nxdi", "vllm-neuron"], default="device",
                          help="add a serving stack's fixed cost per model step (the dry run's data/serving.toml; "
                               "default: the device alone)")
+    predict.add_argument("--loop", choices=["forward", "generate"], default="forward",
+                         help="forward: the model's forward per token, as a serving stack runs it (default); generate: "
+                              "transformers' generate() as a script calls it, its own eager ops per token included")
     predict.add_argument("--concurrency", type=_int_list,
                          help="also serve requests at these concurrency levels with continuous batching, e.g. 1,4,16 "
                               "(compiled; the dry run's Note [Serving under load])")
@@ -157,7 +160,7 @@ def _predict(args, console):
         if args.model.endswith(".toml") and os.path.isfile(args.model):
             result = for_workload(load(args.model), args.platform, args.tp, args.lnc, args.input_tokens,
                                   args.output_tokens, args.mode, args.serving, concurrency=args.concurrency,
-                                  rates=args.rate)
+                                  rates=args.rate, loop=args.loop)
         elif not args.tp:
             raise PredictError("--tp: give the tensor-parallel degrees to predict, e.g. --tp 4,16,64")
         else:
@@ -165,7 +168,7 @@ def _predict(args, console):
                              DEFAULT_TOKENS if args.input_tokens is None else args.input_tokens,
                              DEFAULT_TOKENS if args.output_tokens is None else args.output_tokens,
                              args.mode or "compiled", serving=args.serving, concurrency=args.concurrency,
-                             rates=args.rate)
+                             rates=args.rate, loop=args.loop)
     except (PredictError, WorkloadError) as error:
         console.print(f"[red]predict: {escape(str(error))}")
         return 2

@@ -31,9 +31,9 @@ def _dry_run():
     return dry_run
 
 
-def loop_of(mode, serving):
+def loop_of(mode, serving, loop="forward"):
     """The generation loop the dry run's figures assume."""
-    return _dry_run().loop_of(mode, serving)
+    return _dry_run().loop_of(mode, serving, loop)
 
 
 def cost_model(config_dir=None):
@@ -47,13 +47,14 @@ def cost_model(config_dir=None):
     return dry_run.COST_MODEL_VERSION, dry_run.calibration_error(moe=moe)
 
 
-def dry_run_figures(config_dir, platform, tp, lnc, input_tokens, output_tokens, mode, serving="device"):
+def dry_run_figures(config_dir, platform, tp, lnc, input_tokens, output_tokens, mode, serving="device",
+                    loop="forward"):
     """{ttft_ms, per_token_ms, tokens_per_s, mfu_prefill, mbu_decode} of one request at batch 1
     (None for a figure the request does not have: per token with one output token); ValueError
     when `tp` does not divide the model."""
     prediction = _dry_run().predict(config_dir, platform=platform, tp=tp, logical_nc_config=lnc,
                                     input_tokens=input_tokens, output_tokens=output_tokens, mode=mode,
-                                    serving=serving)
+                                    serving=serving, loop=loop)
     figures = {name: getattr(prediction, name)
                for name in ("ttft_ms", "per_token_ms", "tokens_per_s", "mfu_prefill", "mbu_decode")}
     return {name: None if math.isnan(value) else value for name, value in figures.items()}
@@ -137,13 +138,19 @@ def argument_problems(platform_names, tps, lnc, input_tokens, output_tokens, mod
 
 def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_tokens=DEFAULT_TOKENS,
             output_tokens=DEFAULT_TOKENS, mode="compiled", prices=None, currency=None, serving="device",
-            concurrency=None, rates=None):
+            concurrency=None, rates=None, loop="forward"):
     """The prediction table: one row per platform and TP degree ("refused" lists the degrees that
     do not divide the model, with the dry run's reason). PredictError for bad arguments.
-    `serving` adds a serving stack's fixed cost per step (the dry run's serving stacks)."""
+    `serving` adds a serving stack's fixed cost per step (the dry run's serving stacks); `loop`
+    "generate" predicts transformers' generate() as the user calls it (the device alone)."""
     problems = argument_problems(platform_names, tps, lnc, input_tokens, output_tokens, mode)
     if concurrency and mode != "compiled":
         problems.append(("concurrency", "serving under load is predicted compiled only (as the stacks run)"))
+    if loop not in ("forward", "generate"):
+        problems.append(("loop", f"expected forward or generate, got {loop!r}"))
+    if loop == "generate" and (serving != "device" or concurrency):
+        problems.append(("loop", "generate is transformers' generate() on the device alone, one request: not with "
+                                 "--serving or --concurrency (a serving stack's loop)"))
     if rates and not concurrency:
         problems.append(("rate", "give --concurrency too: its largest level is the stack's batch (max_num_seqs)"))
     if rates and any(not (math.isfinite(r) or r == math.inf) or r <= 0 for r in rates):
@@ -162,7 +169,7 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
         for tp in tps:
             try:
                 figures = dry_run_figures(config_dir, platform, tp, platform_lnc, input_tokens, output_tokens, mode,
-                                          serving)
+                                          serving, loop)
             except PredictError:
                 raise
             except ValueError as error:
@@ -185,14 +192,15 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
             "calibration_error": calibration_error, "config": os.path.abspath(config_dir), "mode": mode,
             "batch": 1, "input_tokens": input_tokens, "output_tokens": output_tokens, "currency": currency,
             "cost_assumptions": assumptions, "rows": rows, "refused": refused,
-            "serving": serving, "concurrency": list(concurrency or []), "rates": list(rates or []), "loop": loop_of(mode, serving),
-            "source": "dry run of torch-neuron-sim (meta device, no weights; bfloat16, batch 1, greedy; " +
+            "serving": serving, "concurrency": list(concurrency or []), "rates": list(rates or []), "loop": loop_of(mode, serving, loop),
+            "source": "dry run of torch-neuron-sim (meta device, no weights; bfloat16, batch 1, " +
+                      ("greedy; " if loop == "forward" else "generate() with the folder's generation config; ") +
                       ("the device alone, no serving stack's cost per step)" if serving == "device" else
                        f"with the {serving} serving stack's fixed cost per step)")}
 
 
 def for_workload(workload, platform_names=None, tps=None, lnc=None, input_tokens=None, output_tokens=None,
-                 mode=None, serving="device", concurrency=None, rates=None):
+                 mode=None, serving="device", concurrency=None, rates=None, loop="forward"):
     """predict() for a workload file: its model's config, its [predict] table, its longest request
     and its prices; each argument given overrides the workload's."""
     if not workload.model.path:
@@ -210,7 +218,7 @@ def for_workload(workload, platform_names=None, tps=None, lnc=None, input_tokens
     output_tokens = _given(output_tokens, wanted.output_tokens, workload.inputs.max_new_tokens)
     return predict(folder, platform_names or wanted.platforms, tps, _given(lnc, wanted.lnc), input_tokens,
                    output_tokens, mode or wanted.mode, workload.cost.price_per_hour, workload.cost.currency,
-                   serving, concurrency, rates)
+                   serving, concurrency, rates, loop)
 
 
 def _given(*values):

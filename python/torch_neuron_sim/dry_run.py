@@ -41,6 +41,7 @@ from torch_neuron_sim import _C
 
 COST_MODEL_VERSION = "v3"  # the cost model's version (runtime/cost_model.h, data/platforms.toml)
 PLATFORMS = ("trn1", "trn2", "trn3")
+LOOPS = ("forward", "generate")  # the generation loop a prediction costs (loop_of, generate_loop.py)
 
 
 def costs_a_launch(func):
@@ -191,8 +192,9 @@ def _shapes(tree):
 class CostingMode(TorchDispatchMode):
     """Costs every launching op that runs under it; `ns` accumulates, `launches` counts."""
 
-    def __init__(self, platform="trn2", logical_nc_config=2, eager_launch=True):
+    def __init__(self, platform="trn2", logical_nc_config=2, eager_launch=True, _parts=False):
         super().__init__()
+        self._parts = _parts  # the launches of one composite op (Note [Composites on the device])
         self.platform, self.lnc, self.eager_launch = platform, logical_nc_config, eager_launch
         self.ns = 0
         self.launches = 0
@@ -200,7 +202,7 @@ class CostingMode(TorchDispatchMode):
         self._routing = None
 
     def __enter__(self):
-        self._routing = routed_attention()
+        self._routing = contextlib.nullcontext() if self._parts else routed_attention()
         self._routing.__enter__()
         return super().__enter__()
 
@@ -216,8 +218,29 @@ class CostingMode(TorchDispatchMode):
             # A host read of a value the dry run does not have (transformers asks whether the
             # positions are packed sequences, `(...).all()`): the answer of an ordinary batch.
             return True if args[0].dtype == torch.bool else 0
-        result = func(*args, **kwargs)
-        if costs_a_launch(func):
+        composite = _DEVICE_COMPOSITES[func](*args, **kwargs) if func in _DEVICE_COMPOSITES else None
+        if composite is not None:
+            # Note [Composites on the device]: the device's own kernel is a composite
+            parts = CostingMode(self.platform, self.lnc, self.eager_launch, _parts=True)
+            with parts:
+                result = composite(*args, **kwargs)
+            self._add(parts)
+            return result
+        if _has_composite(func):
+            # Note [Composites on the device]
+            parts = CostingMode(self.platform, self.lnc, self.eager_launch, _parts=True)
+            with parts:
+                result = func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
+            if parts.launches > 1:
+                self._add(parts)
+                return result
+        else:
+            result = func(*args, **kwargs)
+        if func is torch.ops.aten.lift_fresh.default and args[0].device.type != "cpu":
+            # torch.tensor(data, device=...) copies the host data to the device below the
+            # dispatcher's Python modes; this is the first op of it a mode sees: cost that copy
+            self._cost("aten::_to_copy", _shapes(args[0]), _shapes(result), True)
+        elif costs_a_launch(func):
             name = func.name()
             # A copy (copy_, or the copy_ into a fresh tensor that _to_copy is on the device)
             # takes the copy path: source in, destination out.
@@ -228,12 +251,61 @@ class CostingMode(TorchDispatchMode):
                 inputs, outputs = _shapes(args[0]), _shapes(result)
             else:
                 inputs, outputs = _shapes((args, kwargs)), _shapes(result)
-            ns = _C._cost_op(name, inputs, outputs, self.platform, self.lnc, copy, self.eager_launch)[0]
-            self.ns += ns
-            self.launches += 1
-            total, count = self.by_op.get(name, (0, 0))
-            self.by_op[name] = (total + ns, count + 1)
+            self._cost(name, inputs, outputs, copy)
         return result
+
+    def _cost(self, name, inputs, outputs, copy):
+        ns = _C._cost_op(name, inputs, outputs, self.platform, self.lnc, copy, self.eager_launch)[0]
+        self.ns += ns
+        self.launches += 1
+        total, count = self.by_op.get(name, (0, 0))
+        self.by_op[name] = (total + ns, count + 1)
+
+    def _add(self, other):
+        self.ns += other.ns
+        self.launches += other.launches
+        for name, (ns, count) in other.by_op.items():
+            total, calls = self.by_op.get(name, (0, 0))
+            self.by_op[name] = (total + ns, calls + count)
+
+
+# Note [Composites on the device]
+# An op the device has no kernel of its own for, but ATen has a CompositeExplicitAutograd kernel
+# for, runs that composite on a neuron tensor (the dispatcher picks it before the device's
+# fallback): masked_fill.Scalar is a clone and a masked_fill_, two launches on the live clock.
+# CostingMode runs such an op's composite under a mode of its own: two launches or more are
+# costed one by one, as the live device launches them; one (clone, full, arange: an empty and
+# one op) is costed as the op itself, as the live device's note of it reads.
+# An op whose device kernel is itself a composite of launching ops (csrc/kernels): the same ops,
+# on the values the dry run has. multinomial without replacement (or one sample) checks the
+# probabilities (two reads of the host), then draws as ATen does, by the Gumbel-max trick
+# (csrc/kernels/Random.cpp, neuron_multinomial_out): eleven launches.
+def _multinomial_as_the_device_runs_it(probabilities, samples, replacement=False, *, generator=None):
+    ((probabilities.max() < math.inf) & (probabilities.min() >= 0))
+    (probabilities.sum() == 0) if probabilities.dim() == 1 else (probabilities.sum(1) == 0).sum()
+    shape = [samples] if probabilities.dim() == 1 else [probabilities.shape[0], samples]
+    result = torch.empty(shape, dtype=torch.long, device=probabilities.device)
+    q = torch.empty_like(probabilities).exponential_(1, generator=generator)
+    torch.div(probabilities, q, out=q)
+    if samples == 1:
+        return torch.argmax(q, dim=-1, keepdim=True, out=result)
+    values = torch.empty(shape, dtype=probabilities.dtype, device=probabilities.device)
+    return torch.topk(q, samples, out=(values, result))[1]
+
+
+# func -> (its arguments -> the composite that costs them, or None: the device's single launch)
+_DEVICE_COMPOSITES = {
+    torch.ops.aten.multinomial.default: lambda probabilities, samples, replacement=False, **_: (
+        _multinomial_as_the_device_runs_it if not replacement or samples == 1 else None),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _has_composite(func):
+    name = func.name()
+    return (torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd")
+            and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1")
+            and not func.is_view and name not in NO_LAUNCH and name not in ("aten::copy_", "aten::_to_copy"))
 
 
 @dataclasses.dataclass
@@ -259,16 +331,19 @@ class Prediction:
         return 1000.0 / self.per_token_ms if self.per_token_ms > 0 else float("nan")
 
 
-def loop_of(mode, serving):
+def loop_of(mode, serving, loop="forward"):
     """The generation loop a prediction assumes (issue 41 §5: two predictions of "the same thing"
     disagreed 175x without saying which loop each assumed)."""
+    if loop == "generate":
+        from .generate_loop import LOOPS as GENERATE_LOOPS
+        return GENERATE_LOOPS[mode]
     if serving != "device":
         return (f"the {serving} serving stack's loop: the model's programs per step plus the stack's fixed cost per "
                 "step (data/serving.toml), sampling inside the step")
     steps = "one compiled program per step" if mode == "compiled" else "the model's eager ops per step"
     return (f"the model's forward alone: {steps}, greedy choice included; not the device ops transformers' "
             "generate() adds around it each token (argmax, stopping criteria, cache_position: about 40 eager "
-            "launches a token, which `neuron-migrate run` measures on the live device)")
+            "launches a token, which `neuron-migrate run` measures on the live device and loop='generate' predicts)")
 
 
 def calibration_error(moe=False):
@@ -773,7 +848,7 @@ def _model_figures(config, tp, input_tokens, context, itemsize=2):
 
 def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_tokens=192, output_tokens=192,
             mode="compiled", serving="device", step_tokens=1, max_model_len=None, prefill_buckets=None,
-            routing_skew=0.0):
+            routing_skew=0.0, loop="forward"):
     """Predicted TTFT and per-token latency of greedy generation, batch 1 (see the module's doc).
     `logical_nc_config` defaults to the platform's (2 on trn2/trn3, 1 on trn1).
     `serving` adds a serving stack's fixed cost per step (data/serving.toml; "device": none);
@@ -784,15 +859,20 @@ def predict(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_
     stack's prefill lengths given explicitly (NxD Inference's context_encoding_buckets; default:
     the stack's rule, data/serving.toml). `routing_skew`: of a mixture-of-experts model's router
     (expected_experts; 0, the default, is uniform: Note [Experts as a MoE kernel runs them]).
+    `loop`: "forward" (the model's forward per step, loop_of) or "generate" (transformers'
+    generate() as the user calls it, its own eager ops per token included: generate_loop.py;
+    the device alone, one token per step).
     Raises ValueError when `tp` does not divide the
-    model's heads or MLP, or for an unknown platform, mode or serving stack."""
+    model's heads or MLP, or for an unknown platform, mode, loop or serving stack."""
     with _routing(routing_skew):
         return _predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, mode, serving,
-                        step_tokens, max_model_len, prefill_buckets)
+                        step_tokens, max_model_len, prefill_buckets, loop)
 
 
 def _predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, mode, serving, step_tokens,
-             max_model_len, prefill_buckets):
+             max_model_len, prefill_buckets, loop="forward"):
+    if loop not in LOOPS:
+        raise ValueError(f"loop {loop!r}: choose one of {', '.join(LOOPS)}")
     if mode not in ("compiled", "eager"):
         raise ValueError(f"mode {mode!r}: choose 'compiled' (what NxD Inference and vLLM run) or 'eager'")
     if input_tokens < 1 or output_tokens < 1:
@@ -805,6 +885,14 @@ def _predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, outpu
         raise ValueError(f"logical core configuration (LNC) {logical_nc_config} is not offered on {platform} "
                          f"(1 to {int(most)})")
     overhead_ns = serving_overhead_ns(serving)
+    if loop == "generate":
+        stack = {"serving": serving != "device", "step_tokens": step_tokens != 1, "max_model_len": max_model_len,
+                 "prefill_buckets": prefill_buckets}
+        if any(stack.values()):
+            raise ValueError("loop 'generate' is transformers' generate() on the device alone; "
+                             f"{', '.join(k for k, v in stack.items() if v)}: a serving stack's loop (loop 'forward')")
+        from .generate_loop import predict_generate
+        return predict_generate(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, mode)
     if step_tokens != 1 and mode != "compiled":
         raise ValueError("step_tokens > 1 (a verify step) is predicted in compiled mode only")
     shard_config(config, tp)  # a TP degree that does not divide is refused before any trace
@@ -1042,6 +1130,9 @@ def main(argv=None):
                              "default: the device alone")
     parser.add_argument("--step-tokens", type=int, default=1, help="tokens per decode step (a verify step: >1)")
     parser.add_argument("--max-model-len", type=int, help="the static KV cache's length (default: input + output)")
+    parser.add_argument("--loop", default="forward", choices=LOOPS,
+                        help="forward: the model's forward per token (a serving stack's loop); generate: "
+                             "transformers' generate() as the user calls it, its own eager ops per token included")
     parser.add_argument("--routing-skew", type=float, default=0.0,
                         help="a mixture-of-experts router's skew (0: uniform; s: expert i chosen as 1 / (i + 1)^s)")
     args = parser.parse_args(argv)
@@ -1050,7 +1141,8 @@ def main(argv=None):
                      "config.json (weights are not needed), e.g. demo/configs/llama-3.1-8b")
     try:
         p = predict(args.config_dir, args.platform, args.tp, args.lnc, args.input_tokens, args.output_tokens,
-                    args.mode, args.serving, args.step_tokens, args.max_model_len, routing_skew=args.routing_skew)
+                    args.mode, args.serving, args.step_tokens, args.max_model_len, routing_skew=args.routing_skew,
+                    loop=args.loop)
     except (ValueError, RuntimeError) as error:
         parser.error(str(error))
     print(f"dry run: {args.config_dir} on {args.platform} LNC {p.logical_nc_config}, TP {args.tp}, batch 1, "
