@@ -69,6 +69,16 @@ def parser():
     predict.add_argument("--rate", type=_float_list,
                          help="also serve requests arriving at these rates (requests/s, open loop), e.g. 2,8; the "
                               "largest --concurrency level is the stack's batch")
+    predict.add_argument("--train", action="store_true",
+                         help="predict a training step instead (FSDP2 over --dp ranks of --tp each): step time, "
+                              "tokens/s, MFU, memory per core, time and cost to --token-budget")
+    predict.add_argument("--dp", type=int, default=1, help="--train: data-parallel (FSDP2) ranks")
+    predict.add_argument("--instances", type=int, help="--train: instances (default: as few as hold dp x tp ranks)")
+    predict.add_argument("--seq-len", type=int, default=2048, help="--train: tokens per sequence")
+    predict.add_argument("--local-batch", type=int, default=1, help="--train: sequences per DP rank per step")
+    predict.add_argument("--activation-checkpointing", action="store_true",
+                         help="--train: recompute each decoder layer in the backward")
+    predict.add_argument("--token-budget", type=float, help="--train: tokens to train on (time and cost to reach it)")
     predict.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     fit = commands.add_parser("fit", help="does the model fit? parameters + KV cache per core, from its config")
@@ -148,6 +158,36 @@ def _fit(args, console):
     return 0
 
 
+def _predict_training(args, console):
+    """`neuron-migrate predict --train`: a training step's prediction per platform and TP degree."""
+    from .predict import PredictError, config_folder, predict_training
+    from .report.terminal import training_table
+    from .workload import WorkloadError, load
+    try:
+        prices = currency = None
+        folder = args.model
+        if args.model.endswith(".toml") and os.path.isfile(args.model):
+            workload = load(args.model)
+            if not workload.model.path:
+                raise PredictError("the workload's model is a factory: the dry run needs a config.json")
+            folder, prices, currency = (workload.resolve(workload.model.path), workload.cost.price_per_hour,
+                                        workload.cost.currency)
+        result = predict_training(config_folder(folder), args.platform or ["trn2"], args.tp or [1], args.lnc,
+                                  args.dp, args.instances, args.seq_len, args.local_batch,
+                                  args.activation_checkpointing, args.token_budget, prices, currency)
+    except (PredictError, WorkloadError) as error:
+        console.print(f"[red]predict: {escape(str(error))}")
+        return 2
+    if args.json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        if result["rows"]:
+            console.print(training_table(result))
+        for refused in result["refused"]:
+            console.print(f"[red]predict: {refused['platform']} TP {refused['tp']}: {escape(refused['error'])}")
+    return 2 if result["refused"] else 0
+
+
 def _predict(args, console):
     """`neuron-migrate predict`: exit 2 when an input or a TP degree cannot be used (the degrees
     that can are still shown)."""
@@ -156,6 +196,8 @@ def _predict(args, console):
     from .predict import DEFAULT_TOKENS, PredictError, config_folder, for_workload, predict
     from .report.terminal import prediction_table
     from .workload import WorkloadError, load
+    if args.train:
+        return _predict_training(args, console)
     try:
         if args.model.endswith(".toml") and os.path.isfile(args.model):
             result = for_workload(load(args.model), args.platform, args.tp, args.lnc, args.input_tokens,

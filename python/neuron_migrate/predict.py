@@ -69,6 +69,19 @@ def dry_run_serving(config_dir, platform, tp, lnc, input_tokens, output_tokens, 
              "tokens_per_s": level.tokens_per_s,
              "ttft_ms": level.ttft_ms, "tpot_ms": level.tpot_ms, "latency_ms": level.latency_ms,
              "decode_step_ms": {str(b): ms for b, ms in level.decode_step_ms.items()}} for level in levels]
+def dry_run_training(config_dir, platform, lnc, dp, tp, instances, seq_len, local_batch, activation_checkpointing,
+                     token_budget, price_per_instance_hour):
+    """{step_ms, tokens_per_s, mfu, memory_gib, ...} of one training step (the dry run's Note [A
+    training step, dry], torch_neuron_sim.train_dry_run); ValueError for what it cannot run."""
+    import dataclasses
+    try:
+        from torch_neuron_sim import train_dry_run
+    except ImportError as error:
+        raise PredictError(f"training predictions need torch_neuron_sim.train_dry_run ({error})") from None
+    return dataclasses.asdict(train_dry_run.predict_train(
+        config_dir, platform, lnc, dp=dp, tp=tp, instances=instances, seq_len=seq_len, local_batch=local_batch,
+        activation_checkpointing=activation_checkpointing, token_budget=token_budget,
+        price_per_instance_hour=price_per_instance_hour))
 # -- end of the adapter ----------------------------------------------------------------------
 
 
@@ -239,3 +252,36 @@ def workload_lengths(workload):
         raise PredictError("the workload's prompts need a tokenizer in the model folder to be counted: "
                            "give --input-tokens")
     return max(lengths), workload.inputs.max_new_tokens
+
+
+def predict_training(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, dp=1, instances=None, seq_len=2048,
+                     local_batch=1, activation_checkpointing=False, token_budget=None, prices=None, currency=None):
+    """The training table: one row per platform and TP degree, each a step of `dp` FSDP2 ranks of
+    `tp` ranks each ("refused" lists what cannot run, with the dry run's reason)."""
+    problems = argument_problems(platform_names, tps, lnc, 1, 1, "compiled")
+    for name, value in (("dp", dp), ("seq-len", seq_len), ("local-batch", local_batch)):
+        if value < 1:
+            problems.append((name, f"expected a positive integer, got {value}"))
+    if token_budget is not None and not token_budget > 0:
+        problems.append(("token-budget", f"expected tokens above 0, got {token_budget}"))
+    if problems:
+        raise PredictError("; ".join(f"--{name}: {message}" for name, message in problems))
+    version, calibration_error = cost_model(config_dir)
+    rows, refused = [], []
+    for platform in platform_names:
+        platform_lnc = lnc if lnc is not None else hw.platforms()[platform]["default_lnc"]
+        price, _ = price_for(prices, platform)
+        for tp in tps:
+            try:
+                rows.append(dry_run_training(config_dir, platform, platform_lnc, dp, tp, instances, seq_len,
+                                             local_batch, activation_checkpointing, token_budget, price))
+            except (ValueError, RuntimeError) as error:
+                refused.append({"platform": platform, "tp": tp, "lnc": platform_lnc, "error": str(error)})
+    return {"label": f"predicted (cost model {version}, no published training figure checked)",
+            "cost_model_version": version, "task": "train",
+            "calibration_error": calibration_error, "config": os.path.abspath(config_dir), "dp": dp,
+            "seq_len": seq_len, "local_batch": local_batch, "activation_checkpointing": activation_checkpointing,
+            "token_budget": token_budget, "currency": currency, "rows": rows, "refused": refused,
+            "source": "dry run of torch-neuron-sim's training step (fake tensors, no weights; FSDP2 over the DP "
+                      "ranks, bf16 compute, fp32 master weights and AdamW; eager launches; no calibration row is "
+                      "a training figure)"}

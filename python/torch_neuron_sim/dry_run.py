@@ -47,9 +47,20 @@ LOOPS = ("forward", "generate")  # the generation loop a prediction costs (loop_
 def costs_a_launch(func):
     """True when the live device launches a kernel for `func`: not for views and metadata ops."""
     schema = func._schema
-    if func.is_view or func.name() in NO_LAUNCH:
+    if func.is_view or func.name() in NO_LAUNCH or func.namespace in HOST_NAMESPACES:
         return False
     return not (schema.returns and all(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns))
+
+
+# the profiler's record_function markers and TorchScript's prim ops: host bookkeeping, no launch
+HOST_NAMESPACES = ("profiler", "prim")
+
+
+def _on_the_host(args, kwargs, result):
+    """True when every tensor of an op is a CPU tensor: the host runs it (an optimizer's step
+    counters, a tokenizer's ids), the device launches nothing."""
+    tensors = [t for t in tree_flatten((args, kwargs, result))[0] if isinstance(t, torch.Tensor)]
+    return bool(tensors) and all(t.device.type == "cpu" for t in tensors)
 
 
 NO_LAUNCH = {"aten::empty.memory_format", "aten::empty_strided", "aten::empty_like", "aten::detach",
@@ -240,7 +251,7 @@ class CostingMode(TorchDispatchMode):
             # torch.tensor(data, device=...) copies the host data to the device below the
             # dispatcher's Python modes; this is the first op of it a mode sees: cost that copy
             self._cost("aten::_to_copy", _shapes(args[0]), _shapes(result), True)
-        elif costs_a_launch(func):
+        elif costs_a_launch(func) and not _on_the_host(args, kwargs, result):
             name = func.name()
             # A copy (copy_, or the copy_ into a fresh tensor that _to_copy is on the device)
             # takes the copy path: source in, destination out.
@@ -303,6 +314,8 @@ _DEVICE_COMPOSITES = {
 @functools.lru_cache(maxsize=None)
 def _has_composite(func):
     name = func.name()
+    if not name.startswith("aten::"):  # prim:: ops are not in the dispatcher's table; others are the device's own
+        return False
     return (torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd")
             and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1")
             and not func.is_view and name not in NO_LAUNCH and name not in ("aten::copy_", "aten::_to_copy"))
@@ -453,13 +466,16 @@ def ranks_per_instance(platform, logical_nc_config):
             // logical_nc_config)
 
 
-def collective_ns(algorithm, nbytes, tp, platform, logical_nc_config):
+def collective_ns(algorithm, nbytes, tp, platform, logical_nc_config, spans_instances=None):
     """One collective of `nbytes` over `tp` ranks, as the live clock costs it (_C._cost_collective),
     the ranks packed on chips (physical cores per chip / LNC each) and combined within each chip
-    first (Note [Device clock])."""
+    first (Note [Device clock]). `spans_instances`: whether the group's ranks are on more than one
+    instance (EFA); default: when there are more of them than one instance holds."""
     if tp <= 1:
         return 0
-    link = "neuronlink" if tp <= ranks_per_instance(platform, logical_nc_config) else "efa"
+    if spans_instances is None:
+        spans_instances = tp > ranks_per_instance(platform, logical_nc_config)
+    link = "efa" if spans_instances else "neuronlink"
     per_chip = platform_constant(platform, "physical_cores_per_chip") // logical_nc_config
     return _C._cost_collective(algorithm, int(nbytes), tp, link, platform, logical_nc_config, per_chip)[0]
 
@@ -470,13 +486,33 @@ LLAMA_STYLE = ("hidden_size", "num_attention_heads", "intermediate_size", "num_h
 EXPERT_WIDTHS = ("moe_intermediate_size", "shared_expert_intermediate_size", "shared_intermediate_size")
 
 
+def _attribute(config, name):
+    """The config's value, or None where it has none (or a per-layer one, which transformers
+    refuses to read as one value)."""
+    try:
+        return getattr(config, name, None)
+    except Exception as error:  # noqa: BLE001  (transformers' AmbiguousGlobalPerLayerAttributeError and kin)
+        if "per-layer" in str(error):
+            return _PER_LAYER
+        raise
+
+
+_PER_LAYER = object()  # a config value transformers keeps per layer
+
+
 def shard_config(config, tp):
     """One rank's shard of a Llama-style config at tensor parallel degree `tp`."""
     import copy
-    missing = [name for name in LLAMA_STYLE if not isinstance(getattr(config, name, None), int)]
+    missing = [name for name in LLAMA_STYLE + ("head_dim", "num_key_value_heads")
+               if _attribute(config, name) is _PER_LAYER]
+    if missing:
+        raise ValueError(f"this {config.model_type} config sets {', '.join(missing)} per layer (transformers' "
+                         "per-layer configs); the dry run shards configs of one value for the whole model")
+    missing = [name for name in LLAMA_STYLE if not isinstance(_attribute(config, name), int)]
     if missing:
         raise ValueError(f"the dry run shards Llama-style decoder configs; this {config.model_type} config has no "
-                         f"{', '.join(missing)} (give a config with {', '.join(LLAMA_STYLE)})")
+                         f"{', '.join(missing)} of one value for the whole model (give a config with "
+                         f"{', '.join(LLAMA_STYLE)})")
     if not isinstance(tp, int) or tp < 1:
         raise ValueError(f"tp {tp!r} must be a whole number of ranks, 1 or more")
     config = copy.deepcopy(config)
@@ -623,8 +659,14 @@ def _routed_experts_as_a_kernel(model):
 
 
 def _load_config(config_or_dir):
+    """The config (from its folder); a multimodal model's is its text decoder's (what generates
+    text: transformers' get_text_config()), where the outer config has no decoder sizes."""
     from transformers import AutoConfig
-    return config_or_dir if not isinstance(config_or_dir, str) else AutoConfig.from_pretrained(config_or_dir)
+    config = config_or_dir if not isinstance(config_or_dir, str) else AutoConfig.from_pretrained(config_or_dir)
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    if text is not config and _attribute(config, "hidden_size") is None and _attribute(text, "hidden_size"):
+        return text
+    return config
 
 
 def build(config_or_dir, tp=1, dtype=torch.bfloat16, layers=None, attention=ATTENTION):
@@ -639,7 +681,12 @@ def build(config_or_dir, tp=1, dtype=torch.bfloat16, layers=None, attention=ATTE
             config.layer_types = config.layer_types[:layers]
     _register_attention()
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attention)
+        try:
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attention)
+        except KeyError as error:  # the model's own table of attention classes, without the dry run's
+            raise ValueError(f"the dry run cannot build this {config.model_type} model with its attention "
+                             f"({attention!r}: the model picks its attention from a table of its own, which lacks "
+                             f"{error}); the dry run costs models that take transformers' attention interface") from None
     _routed_experts_as_a_kernel(model)
     return model.eval()
 
@@ -731,7 +778,12 @@ def _compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, 
     head_dim = getattr(shard, "head_dim", None) or shard.hidden_size // shard.num_attention_heads
 
     def allocated(length, sequences=1):
-        cache = StaticCache(config=shard, max_cache_len=length)
+        try:
+            cache = StaticCache(config=shard, max_cache_len=length)
+        except KeyError as error:  # a layer type transformers' static cache has no layer for
+            raise ValueError(f"this {shard.model_type} model has layers transformers' StaticCache cannot hold "
+                             f"(layer type {error}): it is not compiled with a static cache; try mode='eager' "
+                             "(--mode eager)") from None
         if not stack:
             return cache
         cache.early_initialization(batch_size=sequences, num_heads=shard.num_key_value_heads, head_dim=head_dim,

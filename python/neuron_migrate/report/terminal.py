@@ -63,6 +63,26 @@ def prediction_table(result):
                  *(Text(note) for note in prediction_notes(result)))
 
 
+def training_table(result):
+    """A training step per platform and TP degree (the dry run's), with its memory per core."""
+    currency = result.get("currency") or "cost"
+    table = Table(title=f"{result['label']}: a training step, DP {result['dp']} (FSDP2) x TP, "
+                        f"{result['local_batch']} x {result['seq_len']} tokens per DP rank"
+                        + (", activation checkpointing" if result["activation_checkpointing"] else ""))
+    for column in ("platform", "LNC", "TP", "instances", "step ms", "collectives ms", "tokens/s", "MFU",
+                   "memory/core GiB", "hours to budget", f"{currency} to budget"):
+        table.add_column(column, justify="left" if column == "platform" else "right")
+    for row in result["rows"]:
+        table.add_row(row["platform"], str(row["logical_nc_config"]), str(row["tp"]), str(row["instances"]),
+                      number(row["step_ms"], 4), number(row["collectives_ms"], 3), number(row["tokens_per_s"], 4),
+                      f"{row['mfu']:.1%}", number(row["memory_gib"]["total"], 3),
+                      number(row["hours_to_budget"], 3) if row["hours_to_budget"] else "-",
+                      number(row["cost_to_budget"], 3) if row["cost_to_budget"] else "-")
+    from rich.console import Group
+    from rich.text import Text
+    return Group(table, Text(f"from the {result['source']}"), Text(result["rows"][0]["modelled"] if result["rows"] else ""))
+
+
 def serving_table(result):
     """Requests served at each concurrency level, per platform and TP degree (continuous batching)."""
     currency = result.get("currency")

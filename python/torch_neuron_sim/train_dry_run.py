@@ -1,0 +1,266 @@
+"""The dry run of a training step (issue 41 §4): how long and how much to train a model of any
+size on N Trainium instances, from its config alone.
+
+Note [A training step, dry]
+The step a team runs is run for real, with fake tensors: the model of one rank is built under
+FakeTensorMode on the `neuron` device (sizes and dtypes, no memory), sharded with FSDP2 as
+torchtitan shards it (`fully_shard` per decoder layer and on the root; parameters bf16 for the
+compute, gradients reduced in fp32, fp32 master weights and AdamW state), over a fake process
+group of the data-parallel degree (rank 0's view: every rank does the same work); then one
+forward (causal-LM loss), backward and AdamW step run under dry_run.CostingMode, which costs each
+op as the live device launches it (FSDP2's copy-in, chunk-cat and split copies run their device
+implementation, costed op by op), and each collective FSDP2 issues (all-gather of a layer's
+parameters in the forward and again in the backward, reduce-scatter of its gradients) as the
+live clock costs it (dry_run.collective_ns: NeuronLink within an instance, EFA across).
+Tensor parallelism of degree T (dry_run.shard_config: one rank's shard) adds its all-reduces of
+the [batch, sequence, hidden] activations: two per decoder layer forward and two backward.
+Activation checkpointing (`activation_checkpointing=True`) recomputes each decoder layer's forward
+in the backward (transformers' gradient_checkpointing_enable, non-reentrant).
+The step time is the sum of the launches and the collectives in issue order: the overlap FSDP2's
+separate streams give on the live clock (within the device's issue frontier, docs/device-clock.md)
+is not modelled, nor pipeline parallelism, ZeRO-1 or sequence parallelism (refused).
+
+Memory per core: parameters, gradients and optimizer state as FSDP2 shards them (1/DP each, fp32,
+AdamW's two moments), the largest all-gathered layer (bf16, twice: prefetch), and activations:
+the bytes autograd saves for the backward in one step (unique storages; with checkpointing, a
+layer's input instead of its insides, plus one layer's recomputed set).
+"""
+import contextlib
+import dataclasses
+import math
+import unittest.mock
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import dry_run
+
+COLLECTIVES = {"c10d::_allgather_base_": ("allgather", "output"), "c10d::allgather_": ("allgather", "output"),
+               "c10d::allgather_into_tensor_coalesced_": ("allgather", "output"),
+               "c10d::_reduce_scatter_base_": ("reduce_scatter", "input"),
+               "c10d::reduce_scatter_tensor_coalesced_": ("reduce_scatter", "input"),
+               "c10d::allreduce_": ("allreduce", "input")}
+
+
+@dataclasses.dataclass
+class TrainPrediction:
+    """Predicted figures of one training step of one rank (every rank does the same work)."""
+    platform: str
+    logical_nc_config: int
+    instances: int
+    dp: int
+    tp: int
+    activation_checkpointing: bool
+    seq_len: int
+    local_batch: int  # sequences per data-parallel rank per step
+    step_ms: float
+    compute_ms: float  # launches
+    collectives_ms: float  # FSDP2's and TP's, in series with the launches
+    launches: int
+    tokens_per_step: int  # the global batch: dp x local batch x sequence
+    tokens_per_s: float
+    mfu: float  # 6 x parameters x tokens (+ attention) over the step, against the ranks' BF16 peak
+    memory_gib: dict  # per core: parameters, gradients, optimizer, gathered, activations, total
+    token_budget: float = None
+    hours_to_budget: float = None
+    cost_to_budget: float = None  # instances x hours x price per instance-hour (None: no price)
+    modelled: str = ""
+
+
+class _StepCosting(dry_run.CostingMode):
+    """CostingMode of a training step over fake tensors: FSDP2's ops as their device
+    implementations run, collectives by the collective model, other namespaces' bookkeeping
+    (prim::, profiler::) not costed."""
+
+    def __init__(self, platform, logical_nc_config, group_size, spans_instances=False):
+        super().__init__(platform, logical_nc_config)
+        self.group_size, self.spans_instances = group_size, spans_instances
+        self.collective_ns = 0
+        self.collectives = 0
+
+    def __enter__(self):  # the model's own attention, as the live run: no routing
+        return TorchDispatchMode.__enter__(self)
+
+    def __exit__(self, *exc):
+        return TorchDispatchMode.__exit__(self, *exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.name()
+        if func is torch.ops.aten._local_scalar_dense.default and _is_fake(args[0]) and args[0].device.type != "cpu":
+            # a host read of a value fake tensors do not have (transformers asks whether the
+            # positions are packed sequences, `(...).all()`): an ordinary batch's answer, as on meta
+            return True if args[0].dtype == torch.bool else 0
+        if name in COLLECTIVES:
+            algorithm, side = COLLECTIVES[name]
+            tensors = [t for t in torch.utils._pytree.tree_leaves(args[0] if side == "output" or algorithm ==
+                                                                   "allreduce" else args[1]) if isinstance(t, torch.Tensor)]
+            nbytes = sum(t.numel() * t.element_size() for t in tensors)
+            self.collective_ns += dry_run.collective_ns(algorithm, nbytes, self.group_size, self.platform, self.lnc,
+                                                        self.spans_instances)
+            self.collectives += 1
+            return func(*args, **kwargs)
+        if name.startswith("fsdp::"):  # FSDP2's copies: Python composites registered for the device
+            parts = dry_run.CostingMode(self.platform, self.lnc, self.eager_launch, _parts=True)
+            with parts:
+                result = func._op_dk(torch._C.DispatchKey.PrivateUse1, *args, **kwargs)
+            self._add(parts)
+            return result
+        if not name.startswith("aten::"):
+            return func(*args, **kwargs)
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def _is_fake(tensor):
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(tensor, FakeTensor)
+
+
+@contextlib.contextmanager
+def _masks_as_on_the_device():
+    """transformers' mask code takes a fake tensor for a trace (is_tracing) and builds the masks a
+    trace needs (an explicit packed-sequence mask); the live device reads the values instead and
+    skips them. Within this, the mask code asks the host as it does on the device (the answers:
+    _StepCosting)."""
+    from transformers import masking_utils
+    traced = masking_utils.is_tracing
+    with unittest.mock.patch.object(masking_utils, "is_tracing", lambda tensor=None: traced(None)):
+        yield
+
+
+@contextlib.contextmanager
+def _fake_group(world_size):
+    """A fake process group of `world_size` as the default group (rank 0), removed after."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    if dist.is_initialized():
+        raise RuntimeError("the training dry run needs a process without a default process group (it runs rank 0 "
+                           "of a fake one); run it in its own process, e.g. `neuron-migrate predict --train`")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _saved_bytes():
+    """A context recording the bytes autograd saves (unique storages) while it is on."""
+    seen = {}
+
+    def pack(tensor):
+        try:
+            key = tensor.untyped_storage()._cdata
+            seen[key] = max(seen.get(key, 0), tensor.untyped_storage().nbytes())
+        except (NotImplementedError, RuntimeError):  # a tensor without storage of its own
+            seen[id(tensor)] = tensor.numel() * tensor.element_size()
+        return tensor
+    return seen, torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+
+
+def predict_train(config_or_dir, platform="trn2", logical_nc_config=None, dp=1, tp=1, instances=None, seq_len=2048,
+                  local_batch=1, activation_checkpointing=False, token_budget=None, price_per_instance_hour=None):
+    """TrainPrediction of one step (Note [A training step, dry]). `dp` data-parallel (FSDP2) ranks
+    of `tp` tensor-parallel ranks each: dp x tp logical cores, on `instances` instances (default:
+    as few as hold them). `token_budget`: tokens to train on (hours and cost to reach it)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    if platform not in dry_run.PLATFORMS:
+        raise ValueError(f"platform {platform!r}: choose one of {', '.join(dry_run.PLATFORMS)}")
+    most = int(dry_run.platform_constant(platform, "max_logical_nc_config"))
+    lnc = most if logical_nc_config is None else logical_nc_config
+    if lnc not in range(1, most + 1):
+        raise ValueError(f"logical core configuration (LNC) {lnc} is not offered on {platform} (1 to {most})")
+    for name, value in (("dp", dp), ("tp", tp), ("seq_len", seq_len), ("local_batch", local_batch)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} {value!r}: give a whole number, 1 or more")
+    per_instance = dry_run.ranks_per_instance(platform, lnc)
+    needed = math.ceil(dp * tp / per_instance)
+    instances = needed if instances is None else instances
+    if instances < needed:
+        raise ValueError(f"{dp} x {tp} ranks need {needed} {platform} instance(s) at LNC {lnc} ({per_instance} logical "
+                         f"cores each), not {instances}")
+    config = dry_run.shard_config(dry_run._load_config(config_or_dir), tp)
+    config.use_cache = False
+    with _fake_group(dp):
+        mesh = init_device_mesh("neuron", (dp,)) if dp > 1 else None  # outside the fake mode: a real mesh
+        return _step(config_or_dir, config, platform, lnc, dp, tp, instances, seq_len, local_batch,
+                     activation_checkpointing, token_budget, price_per_instance_hour, mesh)
+
+
+def _step(config_or_dir, config, platform, lnc, dp, tp, instances, seq_len, local_batch, activation_checkpointing,
+          token_budget, price_per_instance_hour, mesh):
+    from transformers import AutoModelForCausalLM
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        with torch.device("neuron"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.train()
+        if activation_checkpointing:
+            model.activation_checkpointing_enable({"use_reentrant": False})
+        layers = getattr(getattr(model, "model", None), "layers", None)
+        if layers is None:
+            raise ValueError(f"the training dry run shards decoder layers (model.model.layers); this "
+                             f"{config.model_type} model has none")
+        if dp > 1:
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            for layer in layers:
+                fully_shard(layer, mesh=mesh, mp_policy=policy)
+            fully_shard(model, mesh=mesh, mp_policy=policy)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+        ids = torch.zeros(local_batch, seq_len, dtype=torch.long, device="neuron")
+        # a first step, not costed: the optimizer's state is made (a step in a run's steady state)
+        with _StepCosting(platform, lnc, dp), _masks_as_on_the_device():
+            model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        # the DP group holds one rank of each TP group: it spans instances when all the ranks do
+        mode = _StepCosting(platform, lnc, dp, spans_instances=instances > 1)
+        saved, hooks = _saved_bytes()
+        with mode, _masks_as_on_the_device():
+            with hooks:
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        parameters = sum(_local(p).numel() for p in model.parameters())  # this rank's shard (FSDP2: 1/dp)
+        largest_layer = max(sum(p.numel() for p in layer.parameters()) for layer in layers)  # DTensors: whole
+    itemsize = 2
+    tp_collectives = 0
+    if tp > 1:
+        activation = local_batch * seq_len * config.hidden_size * itemsize
+        tp_collectives = 4 * config.num_hidden_layers * dry_run.collective_ns("allreduce", activation, tp, platform, lnc)
+    collectives_ns = mode.collective_ns + tp_collectives
+    step_ns = mode.ns + collectives_ns
+    tokens = dp * local_batch * seq_len
+    full = dry_run.shard_config(dry_run._load_config(config_or_dir), 1)
+    weights = sum(p.numel() for p in _meta_model(full).parameters())
+    heads_dim = full.num_attention_heads * (getattr(full, "head_dim", None) or full.hidden_size // full.num_attention_heads)
+    flops = 6 * weights * tokens + 6 * full.num_hidden_layers * heads_dim * seq_len * tokens  # causal: half of 12
+    peak_flops, _ = dry_run._C._peak_rates(platform, lnc)
+    gib = 1 / 2 ** 30
+    memory = {"parameters": parameters * 4 * gib, "gradients": parameters * 4 * gib, "optimizer": parameters * 8 * gib,
+              "gathered": (2 * largest_layer * itemsize * gib) if dp > 1 else 0.0,
+              "activations": sum(saved.values()) * gib}
+    memory["total"] = sum(memory.values())
+    tokens_per_s = tokens / (step_ns * 1e-9)
+    hours = token_budget / tokens_per_s / 3600 if token_budget else None
+    return TrainPrediction(
+        platform=platform, logical_nc_config=lnc, instances=instances, dp=dp, tp=tp,
+        activation_checkpointing=activation_checkpointing, seq_len=seq_len, local_batch=local_batch,
+        step_ms=step_ns / 1e6, compute_ms=mode.ns / 1e6, collectives_ms=collectives_ns / 1e6, launches=mode.launches,
+        tokens_per_step=tokens, tokens_per_s=tokens_per_s, mfu=flops / (step_ns * 1e-9) / (peak_flops * dp * tp),
+        memory_gib=memory, token_budget=token_budget, hours_to_budget=hours,
+        cost_to_budget=hours * instances * price_per_instance_hour if hours and price_per_instance_hour else None,
+        modelled=("eager launches of one rank's forward, backward and AdamW step, FSDP2's collectives and copies, TP's "
+                  "all-reduces, in series (Note [A training step, dry]); not modelled: the overlap of collectives "
+                  "with compute, compiled training, pipeline parallelism, ZeRO-1, sequence parallelism"))
+
+
+def _local(parameter):
+    return parameter.to_local() if hasattr(parameter, "to_local") else parameter
+
+
+def _meta_model(config):
+    from transformers import AutoModelForCausalLM
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
