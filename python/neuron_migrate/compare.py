@@ -314,6 +314,8 @@ def decision(a, b):
     tokens_per_month = _get(trn["sections"], ("cost", "tokens_per_month")) or \
         _get(gpu["sections"], ("cost", "tokens_per_month"))
     prediction = trn["sections"].get("prediction") or {}
+    if prediction.get("task") == "train":  # a training step's prediction: not a serving decision's rows
+        prediction = {}
     # the dry run's rows are one request at batch 1: set beside the GPU's cost at concurrency 1
     gpu_price = _get(gpu["sections"], ("cost", "running", "target", "price_per_hour"))
     first = gpu_levels.get(1)

@@ -74,11 +74,7 @@ def dry_run_training(config_dir, platform, lnc, dp, tp, instances, seq_len, loca
     """{step_ms, tokens_per_s, mfu, memory_gib, ...} of one training step (the dry run's Note [A
     training step, dry], torch_neuron_sim.train_dry_run); ValueError for what it cannot run."""
     import dataclasses
-    try:
-        from torch_neuron_sim import train_dry_run
-    except ImportError as error:
-        raise PredictError(f"training predictions need torch_neuron_sim.train_dry_run ({error})") from None
-    return dataclasses.asdict(train_dry_run.predict_train(
+    return dataclasses.asdict(_dry_run().train(
         config_dir, platform, lnc, dp=dp, tp=tp, instances=instances, seq_len=seq_len, local_batch=local_batch,
         activation_checkpointing=activation_checkpointing, token_budget=token_budget,
         price_per_instance_hour=price_per_instance_hour))

@@ -82,6 +82,17 @@ class _Run:
             return {"skipped": "no TP degrees asked for ([predict] tp in the workload, or run --predict-tp)"}
         if not self._config_path():
             return {"skipped": "a factory model has no config.json for the dry run"}
+        if self.workload.task == "train":  # a training step of the workload's batch (Note [A training step, dry])
+            w, train = self.workload, self.workload.train
+            budget = (w.cost.training_run_steps * w.predict.dp * train.batch_size * train.seq_len
+                      if w.cost.training_run_steps else None)
+            result = predict.predict_training(predict.config_folder(self._config_path()), w.predict.platforms,
+                                              self.predict_tp or w.predict.tp, w.predict.lnc, w.predict.dp,
+                                              seq_len=train.seq_len, local_batch=train.batch_size, token_budget=budget,
+                                              prices=w.cost.price_per_hour, currency=w.cost.currency)
+            for refused in result["refused"]:
+                self.store.finding("prediction", f"{refused['platform']} TP {refused['tp']}: {refused['error']}")
+            return result
         # the workload's concurrency levels served as a stack serves them (continuous batching):
         # concurrent requests share decode steps, not one after the other as on the live clock
         concurrency = list(self.workload.serve.concurrency) if self.workload.task == "generate" else None

@@ -98,6 +98,7 @@ class Predict:
     mode: str = "compiled"  # or "eager"
     input_tokens: int = None  # default: the longest prompt
     output_tokens: int = None  # default: inputs.max_new_tokens
+    dp: int = 1  # a training workload: data-parallel (FSDP2) ranks of each TP degree
 
 
 @dataclasses.dataclass

@@ -1168,6 +1168,13 @@ def _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_
     return levels
 
 
+def train(config_or_dir, platform="trn2", logical_nc_config=None, **kwargs):
+    """A training step's prediction (train_dry_run.predict_train, Note [A training step, dry]):
+    this module is the dry run's public entry point, for training too."""
+    from .train_dry_run import predict_train
+    return predict_train(config_or_dir, platform, logical_nc_config, **kwargs)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config_dir")

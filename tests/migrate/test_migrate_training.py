@@ -32,6 +32,9 @@ enabled = false
 [cost]
 price_per_hour = {{ neuron = 2.0 }}
 training_run_steps = 1000
+[predict]
+tp = [1]
+dp = 2
 [gates]
 loss_max_abs_diff = 0.001
 resume_loss_max_abs_diff = 0.0
@@ -47,6 +50,18 @@ def test_loss_curves_match_the_baseline(trained):
     assert training["loss_max_abs_diff"] <= 1e-3
     assert training["target"]["loss"][-1] < training["target"]["loss"][0]  # it learns
     assert training["grad_norm_max_rel_diff"] < 1e-3
+
+
+def test_the_predicted_section_is_a_training_step_of_the_workloads_batch(trained):
+    """Issue 41 §4: a training workload's dry run predicts its step (torch_neuron_sim.train_dry_run)
+    at [predict] dp x tp, its batch and sequence, and the run of training_run_steps steps."""
+    prediction = trained[1]["sections"]["prediction"]
+    assert prediction["task"] == "train" and not prediction["refused"]
+    row, = prediction["rows"]
+    assert (row["dp"], row["tp"], row["seq_len"], row["local_batch"]) == (2, 1, 16, 2)
+    assert row["tokens_per_step"] == 2 * 2 * 16 and row["step_ms"] > 0 and row["collectives_ms"] > 0
+    assert row["hours_to_budget"] == pytest.approx(1000 * row["step_ms"] / 1000 / 3600)
+    assert row["cost_to_budget"] == pytest.approx(row["hours_to_budget"] * row["instances"] * 2.0)
 
 
 def test_restart_from_checkpoint_gives_the_same_losses(trained):

@@ -192,6 +192,17 @@ def _dry_run(prediction):
     """The dry run's table at the TP degrees the workload asked for (predict.py)."""
     if not prediction.get("rows") and not prediction.get("refused"):
         return [("p", f"Dry run: {prediction['skipped']}.")] if prediction.get("skipped") else []
+    if prediction.get("task") == "train":
+        headers = ["platform", "LNC", "DP", "TP", "instances", "step ms", "collectives ms", "tokens/s", "MFU",
+                   "memory per core GiB", "hours for the run", f"{prediction.get('currency') or 'cost'} for the run"]
+        rows = [[r["platform"], str(r["logical_nc_config"]), str(r["dp"]), str(r["tp"]), str(r["instances"]),
+                 number(r["step_ms"]), number(r["collectives_ms"]), number(r["tokens_per_s"]), f"{r['mfu']:.1%}",
+                 number(r["memory_gib"]["total"]), number(r["hours_to_budget"]) if r["hours_to_budget"] else "-",
+                 number(r["cost_to_budget"]) if r["cost_to_budget"] else "-"] for r in prediction.get("rows") or []]
+        return [("h3", "Predicted training step (dry run)"), ("p", f"**{prediction['label']}**"),
+                ("table", headers, rows),
+                ("list", [prediction["source"]] + [r["modelled"] for r in prediction.get("rows") or []][:1]
+                 + [f"{r['platform']} TP {r['tp']}: {r['error']}" for r in prediction["refused"]])]
     from .terminal import prediction_notes, prediction_rows, prediction_title
     headers, rows = prediction_rows(prediction)
     blocks = [("h3", "Predicted at other TP degrees (dry run)"), ("p", f"**{prediction_title(prediction)}**"),

@@ -172,12 +172,20 @@ def summary_lines(report):
     if any(level.get("predicted") for level in levels):
         lines.append(f"               ({target.get('predicted_label')})")
     prediction = s.get("prediction") or {}
-    for row in prediction.get("rows") or []:
+    for row in prediction.get("rows") or [] if prediction.get("task") == "train" else []:
+        lines.append(f"how fast?      predicted training on {row['platform']} at DP {row['dp']} x TP {row['tp']} (dry run): "
+                     f"{number(row['step_ms'])} ms per step, {number(row['tokens_per_s'])} tokens/s, MFU {row['mfu']:.1%}, "
+                     f"{number(row['memory_gib']['total'])} GiB per core"
+                     + (f", {number(row['cost_to_budget'])} {prediction.get('currency')} for the run"
+                        if row.get("cost_to_budget") is not None else ""))
+    if prediction.get("task") == "train" and prediction.get("rows"):
+        lines.append(f"               ({prediction['label']})")
+    for row in prediction.get("rows") or [] if prediction.get("task") != "train" else []:
         lines.append(f"how fast?      predicted on {row['platform']} at TP {row['tp']} (dry run): TTFT {number(row['ttft_ms'])} ms, "
                      f"{number(row['per_token_ms'])} ms per token, {number(row['tokens_per_s'])} tokens/s"
                      + (f", {number(row['per_million_output_tokens'])} {prediction.get('currency')} per 1M tokens"
                         if row.get("per_million_output_tokens") is not None else ""))
-    if prediction.get("rows"):
+    if prediction.get("rows") and prediction.get("task") != "train":
         lines.append(f"               ({prediction['label']}, {prediction['input_tokens']} tokens in, "
                      f"{prediction['output_tokens']} out, batch 1)")
     fit = s.get("fit") or {}
