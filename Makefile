@@ -37,6 +37,7 @@ bench: build torchtitan-venv
 conformance: build
 	$(PY) -m conformance.opinfo_sweep --output COVERAGE.md --async-too $(if $(ONLY),--only $(ONLY))
 	$(PY) -m conformance.arch_sweep --output COMPAT.md $(if $(ONLY),--only $(ONLY))
+	HF_HUB_OFFLINE=1 $(PY) -m conformance.predict_sweep --output docs/predict-sweep.md
 
 # The README's neuron-migrate summary and docs/neuron-migrate-report.png, made again from a run of
 # the demo workload (tests/migrate/test_migrate_readme.py fails when the README's summary is stale).

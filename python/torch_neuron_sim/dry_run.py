@@ -64,13 +64,19 @@ def _on_the_host(args, kwargs, result):
 
 
 NO_LAUNCH = {"aten::empty.memory_format", "aten::empty_strided", "aten::empty_like", "aten::detach",
-             "aten::lift_fresh", "aten::_local_scalar_dense", "aten::resize_", "aten::set_.source_Storage", "aten::_unsafe_view"}
+             "aten::lift_fresh", "aten::_local_scalar_dense", "aten::resize_", "aten::set_.source_Storage", "aten::_unsafe_view",
+             "aten::new_empty", "aten::new_empty_strided"}
 
 
 def _attention_as_on_the_device(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                 enable_gqa=False):
     """What scaled_dot_product_attention launches for neuron tensors (PrivateUse1 chooses the
-    overrideable fused kernel: one launch), where on meta it would decompose into the math path."""
+    overrideable fused kernel: one launch), where on meta it would decompose into the math path.
+    A boolean mask is made additive first, as ATen does for that kernel (two scalar tensors and a
+    where: three launches eager)."""
+    if attn_mask is not None and attn_mask.dtype == torch.bool and not torch.compiler.is_compiling():
+        attn_mask = torch.where(attn_mask, torch.scalar_tensor(0.0, dtype=query.dtype, device=query.device),
+                                torch.scalar_tensor(-math.inf, dtype=query.dtype, device=query.device))
     return torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
         query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
 
@@ -237,15 +243,20 @@ class CostingMode(TorchDispatchMode):
                 result = composite(*args, **kwargs)
             self._add(parts)
             return result
+        result = None
         if _has_composite(func):
             # Note [Composites on the device]
             parts = CostingMode(self.platform, self.lnc, self.eager_launch, _parts=True)
-            with parts:
-                result = func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
-            if parts.launches > 1:
-                self._add(parts)
-                return result
-        else:
+            try:
+                with parts:
+                    result = func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
+            except (RuntimeError, TypeError):  # a composite that redispatches to another overload
+                result = None  # (remainder.Scalar): run and costed as the op itself
+            else:
+                if parts.launches > 1:
+                    self._add(parts)
+                    return result
+        if result is None:
             result = func(*args, **kwargs)
         if func is torch.ops.aten.lift_fresh.default and args[0].device.type != "cpu":
             # torch.tensor(data, device=...) copies the host data to the device below the

@@ -86,15 +86,17 @@ class _LoopCosting(dry_run.CostingMode):
 
 
 def stand_in_config(config):
-    """The stand-in's config: the model's own, one layer, small sizes (_STAND_IN), the same
-    vocabulary and special tokens."""
+    """The stand-in's config: the model's own, small sizes (_STAND_IN), one layer of each kind
+    (generate makes a mask per attention kind), the same vocabulary and special tokens."""
     small = copy.deepcopy(config)
     for name, value in _STAND_IN.items():
-        if getattr(small, name, None) is not None:
+        # head_dim set where the config has it at all (None: its model derives it, not every one can)
+        if getattr(small, name, None) is not None or (name == "head_dim" and hasattr(small, name)):
             setattr(small, name, value)
-    small.num_hidden_layers = 1
-    if getattr(small, "layer_types", None):
-        small.layer_types = small.layer_types[:1]
+    kinds = list(dict.fromkeys(getattr(small, "layer_types", None) or []))
+    small.num_hidden_layers = max(1, len(kinds))
+    if kinds:
+        small.layer_types = kinds
     if hasattr(small, "mlp_only_layers"):
         small.mlp_only_layers = []
     return small
@@ -106,7 +108,12 @@ def _ordinary_token(config, generation_config):
         for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
             value = getattr(source, name, None)
             special.update(value if isinstance(value, (list, tuple)) else [value])
-    return next(t for t in range(1, config.vocab_size) if t not in special)
+    token = next((t for t in range(config.vocab_size) if t not in special), None)
+    if token is None:
+        raise ValueError(f"every token of this vocabulary of {config.vocab_size} is a special token "
+                         f"({sorted(t for t in special if t is not None)}): the generate loop needs an ordinary one "
+                         "to generate the tokens asked for")
+    return token
 
 
 def _spec(value, caches):
@@ -150,7 +157,9 @@ def run_loop(config, input_tokens, output_tokens, compiled, platform, logical_nc
         model = model.eval().to("neuron")
 
         def hold_the_token(module, args, output):  # inside the forward: not the loop's
-            output.logits[..., token] = torch.finfo(output.logits.dtype).max / 2
+            # every other token 1e4 below it: certain after any temperature, finite after any
+            output.logits.zero_()
+            output.logits[..., token] = 1e4
             return output
         model.register_forward_hook(hold_the_token)
     original = type(model)
@@ -175,9 +184,11 @@ def run_loop(config, input_tokens, output_tokens, compiled, platform, logical_nc
     ids = torch.full((1, input_tokens), token, dtype=torch.long, device="neuron")
     mask = torch.ones(1, input_tokens, dtype=torch.long, device="neuron")
     generation_config.max_new_tokens = output_tokens
+    # the loop asked for, whatever the folder's generation config says: eager is a dynamic cache
+    # and no compile, compiled a static cache (transformers then compiles the decode steps)
+    generation_config.cache_implementation = "static" if compiled else None
+    generation_config.disable_compile = not compiled
     kwargs = dict(generation_config=generation_config)
-    if compiled:
-        kwargs["cache_implementation"] = "static"
     torch._dynamo.reset()
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # generate's notes on pad/eos tokens of a config-built model
@@ -185,6 +196,10 @@ def run_loop(config, input_tokens, output_tokens, compiled, platform, logical_nc
     try:
         with torch.no_grad(), loop:
             out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+    except (RuntimeError, TypeError, ValueError, KeyError) as error:
+        raise RuntimeError(f"transformers' generate() did not run with this {config.model_type} model and these "
+                           f"settings: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}; "
+                           "loop='forward' predicts the model's forward alone") from error
     finally:
         model.__class__ = original
         transformers.logging.set_verbosity(verbosity)
@@ -275,9 +290,18 @@ def predict_generate(config_or_dir, platform, tp, logical_nc_config, input_token
         raise ValueError(f"mode {mode!r}: choose one of {', '.join(LOOPS)}")
     config = dry_run._load_config(config_or_dir)
     dry_run.shard_config(config, tp)  # refuses a TP degree the model cannot take, before the device runs
-    run = run_loop(config, input_tokens, output_tokens, mode == "compiled", platform, logical_nc_config,
-                   _generation_config(config_or_dir))
-    costs, launches = forward_costs(config, tp, platform, logical_nc_config, run)
+    with torch.random.fork_rng(devices=[torch.neuron.current_device()], device_type="neuron"):
+        # the stand-in's weights and draws leave the caller's random state as it was
+        run = run_loop(config, input_tokens, output_tokens, mode == "compiled", platform, logical_nc_config,
+                       _generation_config(config_or_dir))
+    try:
+        costs, launches = forward_costs(config, tp, platform, logical_nc_config, run)
+    except (ValueError, RuntimeError):
+        raise
+    except Exception as error:  # noqa: BLE001  (Dynamo's and the model's own errors on meta)
+        raise RuntimeError(f"the dry run could not replay this {config.model_type} model's forward calls on the meta "
+                           f"device ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+                           "try other lengths, mode='eager', or loop='forward'") from error
     collectives = [dry_run._collectives_ns(config, _tokens(call), tp, platform, logical_nc_config)
                    for call in run.calls]
     forwards = [c + k for c, k in zip(costs, collectives)]

@@ -149,8 +149,9 @@ def test_the_stand_in_keeps_vocabulary_and_special_tokens_and_shrinks_the_rest()
     small = generate_loop.stand_in_config(config)
     assert (small.vocab_size, small.pad_token_id, small.eos_token_id) == (config.vocab_size, config.pad_token_id,
                                                                           config.eos_token_id)
-    assert small.num_hidden_layers == 1 and small.hidden_size < config.hidden_size
-    assert small.num_local_experts < config.num_local_experts and len(small.layer_types) == 1
+    assert small.hidden_size < config.hidden_size and small.num_local_experts < config.num_local_experts
+    # one layer of each attention kind: generate makes one mask per kind
+    assert small.layer_types == ["sliding_attention", "full_attention"] and small.num_hidden_layers == 2
 
 
 def test_neuron_migrate_predicts_the_generate_loop(tmp_path):
