@@ -72,10 +72,13 @@ def parser():
     predict.add_argument("--train", action="store_true",
                          help="predict a training step instead (FSDP2 over --dp ranks of --tp each): step time, "
                               "tokens/s, MFU, memory per core, time and cost to --token-budget")
-    predict.add_argument("--dp", type=int, default=1, help="--train: data-parallel (FSDP2) ranks")
+    predict.add_argument("--dp", type=int, help="--train: data-parallel (FSDP2) ranks (default: the workload's "
+                                                "[predict] dp, or 1)")
     predict.add_argument("--instances", type=int, help="--train: instances (default: as few as hold dp x tp ranks)")
-    predict.add_argument("--seq-len", type=int, default=2048, help="--train: tokens per sequence")
-    predict.add_argument("--local-batch", type=int, default=1, help="--train: sequences per DP rank per step")
+    predict.add_argument("--seq-len", type=int, help="--train: tokens per sequence (default: the workload's "
+                                                     "[train] seq_len, or 2048)")
+    predict.add_argument("--local-batch", type=int, help="--train: sequences per DP rank per step (default: "
+                                                         "the workload's [train] batch_size, or 1)")
     predict.add_argument("--activation-checkpointing", action="store_true",
                          help="--train: recompute each decoder layer in the backward")
     predict.add_argument("--token-budget", type=float, help="--train: tokens to train on (time and cost to reach it)")
@@ -165,15 +168,19 @@ def _predict_training(args, console):
     from .workload import WorkloadError, load
     try:
         prices = currency = None
-        folder = args.model
+        folder, dp, seq_len, batch, platforms, tps = args.model, 1, 2048, 1, ["trn2"], [1]
         if args.model.endswith(".toml") and os.path.isfile(args.model):
             workload = load(args.model)
             if not workload.model.path:
                 raise PredictError("the workload's model is a factory: the dry run needs a config.json")
             folder, prices, currency = (workload.resolve(workload.model.path), workload.cost.price_per_hour,
                                         workload.cost.currency)
-        result = predict_training(config_folder(folder), args.platform or ["trn2"], args.tp or [1], args.lnc,
-                                  args.dp, args.instances, args.seq_len, args.local_batch,
+            dp, seq_len, batch = workload.predict.dp, workload.train.seq_len, workload.train.batch_size
+            platforms, tps = workload.predict.platforms, workload.predict.tp or tps
+        given = lambda value, default: default if value is None else value  # noqa: E731
+        result = predict_training(config_folder(folder), args.platform or platforms, args.tp or tps, args.lnc,
+                                  given(args.dp, dp), args.instances, given(args.seq_len, seq_len),
+                                  given(args.local_batch, batch),
                                   args.activation_checkpointing, args.token_budget, prices, currency)
     except (PredictError, WorkloadError) as error:
         console.print(f"[red]predict: {escape(str(error))}")

@@ -349,6 +349,7 @@ def load(path):
     for field in ("engineering_hours", "engineering_rate_per_hour"):
         _check_range(f"cost.{field}", getattr(cost, field), lambda v: v >= 0, "zero or more")
     _positive("cost.training_run_steps", cost.training_run_steps)
+    _positive("predict.dp", predict.dp)
     licence = _section(data, "licence", Licence, {"allowed": str})
     gates = _section(data, "gates", Gates)
     return Workload(name=name, task=task, seed=seed, scripts=scripts, model=model, inputs=inputs,

@@ -28,6 +28,7 @@ layer's input instead of its insides, plus one layer's recomputed set).
 import contextlib
 import dataclasses
 import math
+import sys
 import unittest.mock
 
 import torch
@@ -136,25 +137,55 @@ def _fake_group(world_size):
     if dist.is_initialized():
         raise RuntimeError("the training dry run needs a process without a default process group (it runs rank 0 "
                            "of a fake one); run it in its own process, e.g. `neuron-migrate predict --train`")
+    hook = sys.excepthook  # init_process_group installs a "[rank0]:" prefixing hook and never removes it
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
         yield
     finally:
         dist.destroy_process_group()
+        sys.excepthook = hook
 
 
-def _saved_bytes():
-    """A context recording the bytes autograd saves (unique storages) while it is on."""
-    seen = {}
+def _is_weight(tensor):
+    """A parameter (or FSDP2's gathered copy of one, itself a Parameter), or a view of one (a
+    Linear saves weight.t()): memory the parameters' own figures count, not an activation."""
+    base = getattr(tensor, "_base", None)
+    return isinstance(tensor, torch.nn.Parameter) or isinstance(base, torch.nn.Parameter)
+
+
+def _saved_bytes(current=None):
+    """A context recording the bytes autograd saves (unique storages, weights left out) while it
+    is on: {storage: bytes}; with `current` ([layer index or None]), also {layer: bytes} of what
+    each decoder layer saves."""
+    seen, per_layer = {}, {}
 
     def pack(tensor):
+        if _is_weight(tensor):
+            return tensor
         try:
             key = tensor.untyped_storage()._cdata
-            seen[key] = max(seen.get(key, 0), tensor.untyped_storage().nbytes())
+            nbytes = tensor.untyped_storage().nbytes()
         except (NotImplementedError, RuntimeError):  # a tensor without storage of its own
-            seen[id(tensor)] = tensor.numel() * tensor.element_size()
+            key, nbytes = id(tensor), tensor.numel() * tensor.element_size()
+        if key not in seen and current is not None and current[0] is not None:
+            per_layer[current[0]] = per_layer.get(current[0], 0) + nbytes
+        seen[key] = max(seen.get(key, 0), nbytes)
         return tensor
-    return seen, torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+    return seen, per_layer, torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+
+
+@contextlib.contextmanager
+def _attributed_to_layers(layers, current):
+    """Within it, current[0] is the index of the decoder layer whose forward runs (else None)."""
+    handles = []
+    for index, layer in enumerate(layers):
+        handles.append(layer.register_forward_pre_hook(lambda *_, i=index: current.__setitem__(0, i)))
+        handles.append(layer.register_forward_hook(lambda *_: current.__setitem__(0, None)))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def predict_train(config_or_dir, platform="trn2", logical_nc_config=None, dp=1, tp=1, instances=None, seq_len=2048,
@@ -175,6 +206,14 @@ def predict_train(config_or_dir, platform="trn2", logical_nc_config=None, dp=1, 
     per_instance = dry_run.ranks_per_instance(platform, lnc)
     needed = math.ceil(dp * tp / per_instance)
     instances = needed if instances is None else instances
+    if not isinstance(instances, int) or isinstance(instances, bool):
+        raise ValueError(f"instances {instances!r}: give a whole number of instances")
+    if instances > dp * tp:
+        raise ValueError(f"{instances} instances for {dp} x {tp} ranks: each instance needs a rank; give at most "
+                         f"{dp * tp}")
+    if token_budget is not None and (isinstance(token_budget, bool) or not isinstance(token_budget, (int, float))
+                                     or not token_budget > 0 or math.isinf(token_budget)):
+        raise ValueError(f"token_budget {token_budget!r}: give the tokens to train on, a number above 0")
     if instances < needed:
         raise ValueError(f"{dp} x {tp} ranks need {needed} {platform} instance(s) at LNC {lnc} ({per_instance} logical "
                          f"cores each), not {instances}")
@@ -182,8 +221,20 @@ def predict_train(config_or_dir, platform="trn2", logical_nc_config=None, dp=1, 
     config.use_cache = False
     with _fake_group(dp):
         mesh = init_device_mesh("neuron", (dp,)) if dp > 1 else None  # outside the fake mode: a real mesh
-        return _step(config_or_dir, config, platform, lnc, dp, tp, instances, seq_len, local_batch,
-                     activation_checkpointing, token_budget, price_per_instance_hour, mesh)
+        try:
+            return _step(config_or_dir, config, platform, lnc, dp, tp, instances, seq_len, local_batch,
+                         activation_checkpointing, token_budget, price_per_instance_hour, mesh)
+        except (ValueError, RuntimeError) as error:
+            if isinstance(error, ValueError) or "training dry run" in str(error):
+                raise
+            failure = error
+        except Exception as error:  # noqa: BLE001  (the model's, FSDP2's or the fake kernels' own errors)
+            failure = error
+    detail = str(failure).splitlines()[0] if str(failure) else ""
+    hint = (" At DP 1 the step computes in the parameters' fp32 (FSDP2's bf16 compute needs DP 2 or more), which "
+            "some kernels refuse." if dp == 1 else "")
+    raise RuntimeError(f"the training dry run could not run a step of this {config.model_type} model "
+                       f"({type(failure).__name__}: {detail}).{hint}") from failure
 
 
 def _step(config_or_dir, config, platform, lnc, dp, tp, instances, seq_len, local_batch, activation_checkpointing,
@@ -208,14 +259,24 @@ def _step(config_or_dir, config, platform, lnc, dp, tp, instances, seq_len, loca
             fully_shard(model, mesh=mesh, mp_policy=policy)
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
         ids = torch.zeros(local_batch, seq_len, dtype=torch.long, device="neuron")
-        # a first step, not costed: the optimizer's state is made (a step in a run's steady state)
-        with _StepCosting(platform, lnc, dp), _masks_as_on_the_device():
-            model(input_ids=ids, labels=ids).loss.backward()
+        # a first step, not costed: the optimizer's state is made (a step in a run's steady state);
+        # it runs without checkpointing, so that what each layer saves is known (a checkpointed
+        # step holds one layer's set at a time again, in its recompute)
+        if activation_checkpointing:
+            model.activation_checkpointing_disable()
+        current = [None]
+        _, per_layer, layer_hooks = _saved_bytes(current)
+        with _StepCosting(platform, lnc, dp), _masks_as_on_the_device(), _attributed_to_layers(layers, current):
+            with layer_hooks:
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+        if activation_checkpointing:
+            model.activation_checkpointing_enable({"use_reentrant": False})
         # the DP group holds one rank of each TP group: it spans instances when all the ranks do
         mode = _StepCosting(platform, lnc, dp, spans_instances=instances > 1)
-        saved, hooks = _saved_bytes()
+        saved, _, hooks = _saved_bytes()
         with mode, _masks_as_on_the_device():
             with hooks:
                 loss = model(input_ids=ids, labels=ids).loss
@@ -224,23 +285,30 @@ def _step(config_or_dir, config, platform, lnc, dp, tp, instances, seq_len, loca
             optimizer.zero_grad()
         parameters = sum(_local(p).numel() for p in model.parameters())  # this rank's shard (FSDP2: 1/dp)
         largest_layer = max(sum(p.numel() for p in layer.parameters()) for layer in layers)  # DTensors: whole
+        in_layers = sum(p.numel() for layer in layers for p in layer.parameters())
+        # FSDP2 keeps the root's parameters (embedding, final norm, LM head) gathered the whole step
+        root = sum(p.numel() for p in model.parameters()) - in_layers
     itemsize = 2
     tp_collectives = 0
     if tp > 1:
         activation = local_batch * seq_len * config.hidden_size * itemsize
-        tp_collectives = 4 * config.num_hidden_layers * dry_run.collective_ns("allreduce", activation, tp, platform, lnc)
+        # two in the forward, two in the backward, two again in a checkpointed layer's recompute
+        per_layer_reduces = 6 if activation_checkpointing else 4
+        tp_collectives = per_layer_reduces * config.num_hidden_layers * dry_run.collective_ns(
+            "allreduce", activation, tp, platform, lnc)
     collectives_ns = mode.collective_ns + tp_collectives
     step_ns = mode.ns + collectives_ns
     tokens = dp * local_batch * seq_len
     full = dry_run.shard_config(dry_run._load_config(config_or_dir), 1)
-    weights = sum(p.numel() for p in _meta_model(full).parameters())
+    weights = _active_parameters(_meta_model(full), full)  # a MoE token runs its top-k experts only
     heads_dim = full.num_attention_heads * (getattr(full, "head_dim", None) or full.hidden_size // full.num_attention_heads)
     flops = 6 * weights * tokens + 6 * full.num_hidden_layers * heads_dim * seq_len * tokens  # causal: half of 12
     peak_flops, _ = dry_run._C._peak_rates(platform, lnc)
     gib = 1 / 2 ** 30
     memory = {"parameters": parameters * 4 * gib, "gradients": parameters * 4 * gib, "optimizer": parameters * 8 * gib,
-              "gathered": (2 * largest_layer * itemsize * gib) if dp > 1 else 0.0,
-              "activations": sum(saved.values()) * gib}
+              "gathered": ((2 * largest_layer + root) * itemsize * gib) if dp > 1 else 0.0,
+              "activations": (sum(saved.values()) + (max(per_layer.values(), default=0)
+                                                     if activation_checkpointing else 0)) * gib}
     memory["total"] = sum(memory.values())
     tokens_per_s = tokens / (step_ns * 1e-9)
     hours = token_budget / tokens_per_s / 3600 if token_budget else None
@@ -254,6 +322,20 @@ def _step(config_or_dir, config, platform, lnc, dp, tp, instances, seq_len, loca
         modelled=("eager launches of one rank's forward, backward and AdamW step, FSDP2's collectives and copies, TP's "
                   "all-reduces, in series (Note [A training step, dry]); not modelled: the overlap of collectives "
                   "with compute, compiled training, pipeline parallelism, ZeRO-1, sequence parallelism"))
+
+
+def _active_parameters(model, config):
+    """The parameters one token's forward uses: a routed MoE layer's experts count top-k / E."""
+    total = sum(p.numel() for p in model.parameters())
+    top_k = dry_run._top_k(config)
+    if not top_k:
+        return total
+    for module in model.modules():
+        experts = dry_run._expert_weights(module) if type(module).__name__.endswith("Experts") else []
+        if experts:
+            count = experts[0].shape[0]
+            total -= sum(w.numel() for w in experts) * (1 - min(top_k, count) / count)
+    return total
 
 
 def _local(parameter):

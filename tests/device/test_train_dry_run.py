@@ -2,7 +2,7 @@
 training step, dry]): one rank's forward, backward and AdamW step run over fake tensors, each op
 costed as the live device launches it, agrees with the live clock of the same step on the device
 within 2% (torchtitan's llama3 debug model sizes in transformers' Llama; FSDP2 on 2 ranks is
-tests/distributed/test_train_dry_run.py); memory per core, TP's collectives, time and cost to a
+tests/distributed/test_train_dry_run_fsdp2.py); memory per core, TP's collectives, time and cost to a
 token budget, and bad input."""
 import json
 import os

@@ -1,4 +1,4 @@
-"""One rank of tests/distributed/test_train_dry_run.py (under torchrun, c10d backend "neuron"):
+"""One rank of tests/distributed/test_train_dry_run_fsdp2.py (under torchrun, c10d backend "neuron"):
 the training step the dry run predicts (torch_neuron_sim/train_dry_run.py, Note [A training step,
 dry]), run on the device for real: a Llama model of the config given, FSDP2 per decoder layer and
 on the root (bf16 parameters, fp32 reduction), AdamW, a causal-LM loss; after a first step (the
