@@ -163,7 +163,7 @@ def _fit(args, console):
 
 def _predict_training(args, console):
     """`neuron-migrate predict --train`: a training step's prediction per platform and TP degree."""
-    from .predict import PredictError, config_folder, predict_training
+    from .predict import PredictError, _given, config_folder, predict_training
     from .report.terminal import training_table
     from .workload import WorkloadError, load
     try:
@@ -177,19 +177,23 @@ def _predict_training(args, console):
                                         workload.cost.currency)
             dp, seq_len, batch = workload.predict.dp, workload.train.seq_len, workload.train.batch_size
             platforms, tps = workload.predict.platforms, workload.predict.tp or tps
-        given = lambda value, default: default if value is None else value  # noqa: E731
         result = predict_training(config_folder(folder), args.platform or platforms, args.tp or tps, args.lnc,
-                                  given(args.dp, dp), args.instances, given(args.seq_len, seq_len),
-                                  given(args.local_batch, batch),
+                                  _given(args.dp, dp), args.instances, _given(args.seq_len, seq_len),
+                                  _given(args.local_batch, batch),
                                   args.activation_checkpointing, args.token_budget, prices, currency)
     except (PredictError, WorkloadError) as error:
         console.print(f"[red]predict: {escape(str(error))}")
         return 2
+    return _show_prediction(args, console, result, [training_table] if result["rows"] else [])
+
+
+def _show_prediction(args, console, result, tables):
+    """A prediction as JSON, or its tables and its refused rows; exit 2 when a row was refused."""
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:
-        if result["rows"]:
-            console.print(training_table(result))
+        for table in tables:
+            console.print(table(result))
         for refused in result["refused"]:
             console.print(f"[red]predict: {refused['platform']} TP {refused['tp']}: {escape(refused['error'])}")
     return 2 if result["refused"] else 0
@@ -221,14 +225,6 @@ def _predict(args, console):
     except (PredictError, WorkloadError) as error:
         console.print(f"[red]predict: {escape(str(error))}")
         return 2
-    if args.json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
-    else:
-        if result["rows"]:
-            console.print(prediction_table(result))
-        if result.get("concurrency") and result["rows"]:
-            from .report.terminal import serving_table
-            console.print(serving_table(result))
-        for refused in result["refused"]:
-            console.print(f"[red]predict: {refused['platform']} TP {refused['tp']}: {escape(refused['error'])}")
-    return 2 if result["refused"] else 0
+    from .report.terminal import serving_table
+    tables = [prediction_table] + ([serving_table] if result.get("concurrency") else []) if result["rows"] else []
+    return _show_prediction(args, console, result, tables)

@@ -56,6 +56,13 @@ def costs_a_launch(func):
 HOST_NAMESPACES = ("profiler", "prim")
 
 
+def _without_values(tensor):
+    """A tensor of sizes and dtypes only: on meta, or a fake tensor of a device (a CPU fake
+    tensor may carry its constant value: FakeTensorMode answers those reads itself)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    return tensor.device.type == "meta" or (isinstance(tensor, FakeTensor) and tensor.device.type != "cpu")
+
+
 def _on_the_host(args, kwargs, result):
     """True when every tensor of an op is a CPU tensor: the host runs it (an optimizer's step
     counters, a tokenizer's ids), the device launches nothing."""
@@ -209,9 +216,12 @@ def _shapes(tree):
 class CostingMode(TorchDispatchMode):
     """Costs every launching op that runs under it; `ns` accumulates, `launches` counts."""
 
-    def __init__(self, platform="trn2", logical_nc_config=2, eager_launch=True, _parts=False):
+    def __init__(self, platform="trn2", logical_nc_config=2, eager_launch=True, routed=True):
         super().__init__()
-        self._parts = _parts  # the launches of one composite op (Note [Composites on the device])
+        # routed: transformers' SDPA launches what it launches on the device (routed_attention);
+        # False where the model's own attention runs live (the generate loop's and a training
+        # step's costing) or inside another mode that routes it (a composite's parts)
+        self.routed = routed
         self.platform, self.lnc, self.eager_launch = platform, logical_nc_config, eager_launch
         self.ns = 0
         self.launches = 0
@@ -219,7 +229,7 @@ class CostingMode(TorchDispatchMode):
         self._routing = None
 
     def __enter__(self):
-        self._routing = contextlib.nullcontext() if self._parts else routed_attention()
+        self._routing = routed_attention() if self.routed else contextlib.nullcontext()
         self._routing.__enter__()
         return super().__enter__()
 
@@ -231,25 +241,20 @@ class CostingMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
+        if func is torch.ops.aten._local_scalar_dense.default and _without_values(args[0]):
             # A host read of a value the dry run does not have (transformers asks whether the
             # positions are packed sequences, `(...).all()`): the answer of an ordinary batch.
             return True if args[0].dtype == torch.bool else 0
         composite = _DEVICE_COMPOSITES[func](*args, **kwargs) if func in _DEVICE_COMPOSITES else None
         if composite is not None:
             # Note [Composites on the device]: the device's own kernel is a composite
-            parts = CostingMode(self.platform, self.lnc, self.eager_launch, _parts=True)
-            with parts:
-                result = composite(*args, **kwargs)
-            self._add(parts)
-            return result
+            return self.in_parts(composite, *args, **kwargs)[0]
         result = None
         if _has_composite(func):
             # Note [Composites on the device]
-            parts = CostingMode(self.platform, self.lnc, self.eager_launch, _parts=True)
             try:
-                with parts:
-                    result = func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
+                result, parts = self.in_parts(func._op_dk, torch._C.DispatchKey.CompositeExplicitAutograd, *args,
+                                              add=False, **kwargs)
             except (RuntimeError, TypeError):  # a composite that redispatches to another overload
                 result = None  # (remainder.Scalar): run and costed as the op itself
             else:
@@ -275,6 +280,16 @@ class CostingMode(TorchDispatchMode):
                 inputs, outputs = _shapes((args, kwargs)), _shapes(result)
             self._cost(name, inputs, outputs, copy)
         return result
+
+    def in_parts(self, run, *args, add=True, **kwargs):
+        """(run's result, the mode that costed its launches one by one); with `add`, its costs
+        are this mode's too (Note [Composites on the device])."""
+        parts = CostingMode(self.platform, self.lnc, self.eager_launch, routed=False)
+        with parts:
+            result = run(*args, **kwargs)
+        if add:
+            self._add(parts)
+        return result, parts
 
     def _cost(self, name, inputs, outputs, copy):
         ns = _C._cost_op(name, inputs, outputs, self.platform, self.lnc, copy, self.eager_launch)[0]
@@ -872,7 +887,13 @@ def compiled_forward_ns(config, tp, platform, logical_nc_config, input_tokens, c
         return _compiled_forward_ns(*args, **kw)
     two = _compiled_forward_ns(*args, layers=2, **kw)
     three = _compiled_forward_ns(*args, layers=3, **kw)
-    return tuple(a + (layers - 2) * (b - a) for a, b in zip(two[:2], three[:2])) + (two[2],)
+    return tuple(extrapolated(two[:2], three[:2], layers)) + (two[2],)
+
+
+def extrapolated(two, three, layers):
+    """Figures of a model of `layers` uniform layers from those of its two- and three-layer
+    traces: the third layer's share (a layer between two others) times each layer past the second."""
+    return [a + (layers - 2) * (b - a) for a, b in zip(two, three)]
 
 
 def _collectives_ns(config, tokens, tp, platform, logical_nc_config, itemsize=2, sequences=1):

@@ -28,7 +28,7 @@ import dataclasses
 import os
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import _disable_current_modes
 
 from . import dry_run
 
@@ -72,17 +72,6 @@ class LoopRun:
     calls: list
     loop_ns: float  # every op outside the forwards
     compile_config: object  # the CompileConfig generate compiled the decode steps with (None: eager)
-
-
-class _LoopCosting(dry_run.CostingMode):
-    """CostingMode of the loop's own ops: the forwards run with it off (the attention is the
-    live model's: no routing)."""
-
-    def __enter__(self):
-        return TorchDispatchMode.__enter__(self)
-
-    def __exit__(self, *exc):
-        return TorchDispatchMode.__exit__(self, *exc)
 
 
 def stand_in_config(config):
@@ -144,7 +133,7 @@ def run_loop(config, input_tokens, output_tokens, compiled, platform, logical_nc
     generation_config = copy.deepcopy(generation_config) if generation_config else GenerationConfig.from_model_config(config)
     token = _ordinary_token(config, generation_config)
     calls, caches = [], {}
-    loop = _LoopCosting(platform, logical_nc_config)
+    loop = dry_run.CostingMode(platform, logical_nc_config, routed=False)  # the live model's attention
     compile_configs = []
 
     def note(compiled_call, args, kwargs):
@@ -266,8 +255,7 @@ def forward_costs(config, tp, platform, logical_nc_config, run):
         return _replay(config, tp, platform, logical_nc_config, run)
     two, launches_two = _replay(config, tp, platform, logical_nc_config, run, layers=2)
     three, launches_three = _replay(config, tp, platform, logical_nc_config, run, layers=3)
-    return ([a + (layers - 2) * (b - a) for a, b in zip(two, three)],
-            [a + (layers - 2) * (b - a) for a, b in zip(launches_two, launches_three)])
+    return dry_run.extrapolated(two, three, layers), dry_run.extrapolated(launches_two, launches_three, layers)
 
 
 def _generation_config(config_or_dir):

@@ -32,7 +32,6 @@ import sys
 import unittest.mock
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import dry_run
 
@@ -74,24 +73,14 @@ class _StepCosting(dry_run.CostingMode):
     (prim::, profiler::) not costed."""
 
     def __init__(self, platform, logical_nc_config, group_size, spans_instances=False):
-        super().__init__(platform, logical_nc_config)
+        super().__init__(platform, logical_nc_config, routed=False)  # the model's own attention, as live
         self.group_size, self.spans_instances = group_size, spans_instances
         self.collective_ns = 0
         self.collectives = 0
 
-    def __enter__(self):  # the model's own attention, as the live run: no routing
-        return TorchDispatchMode.__enter__(self)
-
-    def __exit__(self, *exc):
-        return TorchDispatchMode.__exit__(self, *exc)
-
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func.name()
-        if func is torch.ops.aten._local_scalar_dense.default and _is_fake(args[0]) and args[0].device.type != "cpu":
-            # a host read of a value fake tensors do not have (transformers asks whether the
-            # positions are packed sequences, `(...).all()`): an ordinary batch's answer, as on meta
-            return True if args[0].dtype == torch.bool else 0
         if name in COLLECTIVES:
             algorithm, side = COLLECTIVES[name]
             tensors = [t for t in torch.utils._pytree.tree_leaves(args[0] if side == "output" or algorithm ==
@@ -102,19 +91,10 @@ class _StepCosting(dry_run.CostingMode):
             self.collectives += 1
             return func(*args, **kwargs)
         if name.startswith("fsdp::"):  # FSDP2's copies: Python composites registered for the device
-            parts = dry_run.CostingMode(self.platform, self.lnc, self.eager_launch, _parts=True)
-            with parts:
-                result = func._op_dk(torch._C.DispatchKey.PrivateUse1, *args, **kwargs)
-            self._add(parts)
-            return result
+            return self.in_parts(func._op_dk, torch._C.DispatchKey.PrivateUse1, *args, **kwargs)[0]
         if not name.startswith("aten::"):
             return func(*args, **kwargs)
         return super().__torch_dispatch__(func, types, args, kwargs)
-
-
-def _is_fake(tensor):
-    from torch._subclasses.fake_tensor import FakeTensor
-    return isinstance(tensor, FakeTensor)
 
 
 @contextlib.contextmanager
@@ -122,7 +102,7 @@ def _masks_as_on_the_device():
     """transformers' mask code takes a fake tensor for a trace (is_tracing) and builds the masks a
     trace needs (an explicit packed-sequence mask); the live device reads the values instead and
     skips them. Within this, the mask code asks the host as it does on the device (the answers:
-    _StepCosting)."""
+    dry_run.CostingMode's, for tensors without values)."""
     from transformers import masking_utils
     traced = masking_utils.is_tracing
     with unittest.mock.patch.object(masking_utils, "is_tracing", lambda tensor=None: traced(None)):
