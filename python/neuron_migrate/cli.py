@@ -66,6 +66,9 @@ def parser():
     predict.add_argument("--concurrency", type=_int_list,
                          help="also serve requests at these concurrency levels with continuous batching, e.g. 1,4,16 "
                               "(compiled; the dry run's Note [Serving under load])")
+    predict.add_argument("--chunked-prefill", type=int, metavar="TOKENS",
+                         help="with --concurrency: prefill prompts in chunks inside the decode steps, TOKENS per step "
+                              "(vLLM's max_num_batched_tokens; default: each prompt prefilled whole, before the steps)")
     predict.add_argument("--rate", type=_float_list,
                          help="also serve requests arriving at these rates (requests/s, open loop), e.g. 2,8; the "
                               "largest --concurrency level is the stack's batch")
@@ -213,7 +216,7 @@ def _predict(args, console):
         if args.model.endswith(".toml") and os.path.isfile(args.model):
             result = for_workload(load(args.model), args.platform, args.tp, args.lnc, args.input_tokens,
                                   args.output_tokens, args.mode, args.serving, concurrency=args.concurrency,
-                                  rates=args.rate, loop=args.loop)
+                                  rates=args.rate, loop=args.loop, chunked_prefill=args.chunked_prefill)
         elif not args.tp:
             raise PredictError("--tp: give the tensor-parallel degrees to predict, e.g. --tp 4,16,64")
         else:
@@ -221,7 +224,7 @@ def _predict(args, console):
                              DEFAULT_TOKENS if args.input_tokens is None else args.input_tokens,
                              DEFAULT_TOKENS if args.output_tokens is None else args.output_tokens,
                              args.mode or "compiled", serving=args.serving, concurrency=args.concurrency,
-                             rates=args.rate, loop=args.loop)
+                             rates=args.rate, loop=args.loop, chunked_prefill=args.chunked_prefill)
     except (PredictError, WorkloadError) as error:
         console.print(f"[red]predict: {escape(str(error))}")
         return 2

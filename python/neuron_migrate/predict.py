@@ -59,12 +59,13 @@ def dry_run_figures(config_dir, platform, tp, lnc, input_tokens, output_tokens, 
                for name in ("ttft_ms", "per_token_ms", "tokens_per_s", "mfu_prefill", "mbu_decode")}
     return {name: None if math.isnan(value) else value for name, value in figures.items()}
 def dry_run_serving(config_dir, platform, tp, lnc, input_tokens, output_tokens, concurrency, serving="device",
-                    rates=()):
+                    rates=(), lengths=None, chunked_prefill=None):
     """[{concurrency, tokens_per_s, ttft_ms, tpot_ms, latency_ms, decode_step_ms}] of requests served
-    at each concurrency level with continuous batching (the dry run's Note [Serving under load])."""
+    at each concurrency level with continuous batching (the dry run's Note [Serving under load]);
+    `lengths` [(input, output)]: the requests' own lengths; `chunked_prefill`: a step's token budget."""
     levels = _dry_run().serve(config_dir, platform=platform, tp=tp, logical_nc_config=lnc,
                               input_tokens=input_tokens, output_tokens=output_tokens, concurrency=tuple(concurrency),
-                              serving=serving, rates=tuple(rates))
+                              serving=serving, rates=tuple(rates), lengths=lengths, chunked_prefill=chunked_prefill)
     return [{"concurrency": level.concurrency, "rate_per_s": level.rate_per_s, "requests": level.requests,
              "tokens_per_s": level.tokens_per_s,
              "ttft_ms": level.ttft_ms, "tpot_ms": level.tpot_ms, "latency_ms": level.latency_ms,
@@ -147,11 +148,14 @@ def argument_problems(platform_names, tps, lnc, input_tokens, output_tokens, mod
 
 def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_tokens=DEFAULT_TOKENS,
             output_tokens=DEFAULT_TOKENS, mode="compiled", prices=None, currency=None, serving="device",
-            concurrency=None, rates=None, loop="forward"):
+            concurrency=None, rates=None, loop="forward", lengths=None, chunked_prefill=None):
     """The prediction table: one row per platform and TP degree ("refused" lists the degrees that
     do not divide the model, with the dry run's reason). PredictError for bad arguments.
     `serving` adds a serving stack's fixed cost per step (the dry run's serving stacks); `loop`
-    "generate" predicts transformers' generate() as the user calls it (the device alone)."""
+    "generate" predicts transformers' generate() as the user calls it (the device alone).
+    With `concurrency`: `lengths` [(input, output)] are the served requests' own lengths (a
+    workload's prompts; default: input_tokens and output_tokens each), `chunked_prefill` a step's
+    token budget (prompts prefilled in chunks inside the decode steps)."""
     problems = argument_problems(platform_names, tps, lnc, input_tokens, output_tokens, mode)
     if concurrency and mode != "compiled":
         problems.append(("concurrency", "serving under load is predicted compiled only (as the stacks run)"))
@@ -166,6 +170,9 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
         problems.append(("rate", f"expected request rates above 0, got {rates}"))
     if concurrency and any(c < 1 for c in concurrency):
         problems.append(("concurrency", f"expected positive integers, got {concurrency}"))
+    if chunked_prefill is not None and (not concurrency or chunked_prefill < 1):
+        problems.append(("chunked-prefill", f"expected a step's token budget of 1 or more, with --concurrency; got "
+                                            f"{chunked_prefill}"))
     if problems:
         raise PredictError("; ".join(f"--{name}: {message}" for name, message in problems))
     version, calibration_error = cost_model(config_dir)
@@ -195,13 +202,15 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
                     {**level, "per_million_output_tokens": per_million_tokens(price, platform, platform_lnc, tp,
                                                                               level["tokens_per_s"])}
                     for level in dry_run_serving(config_dir, platform, tp, platform_lnc, input_tokens, output_tokens,
-                                                 concurrency, serving, rates or ())]
+                                                 concurrency, serving, rates or (), lengths, chunked_prefill)]
             rows.append(row)
     return {"label": label(version, calibration_error), "cost_model_version": version,
             "calibration_error": calibration_error, "config": os.path.abspath(config_dir), "mode": mode,
             "batch": 1, "input_tokens": input_tokens, "output_tokens": output_tokens, "currency": currency,
             "cost_assumptions": assumptions, "rows": rows, "refused": refused,
             "serving": serving, "concurrency": list(concurrency or []), "rates": list(rates or []), "loop": loop_of(mode, serving, loop),
+            "serving_lengths": [list(pair) for pair in lengths] if concurrency and lengths else None,
+            "chunked_prefill": chunked_prefill if concurrency else None,
             "source": "dry run of torch-neuron-sim (meta device, no weights; bfloat16, batch 1, " +
                       ("greedy; " if loop == "forward" else "generate() with the folder's generation config; ") +
                       ("the device alone, no serving stack's cost per step)" if serving == "device" else
@@ -209,9 +218,10 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
 
 
 def for_workload(workload, platform_names=None, tps=None, lnc=None, input_tokens=None, output_tokens=None,
-                 mode=None, serving="device", concurrency=None, rates=None, loop="forward"):
+                 mode=None, serving="device", concurrency=None, rates=None, loop="forward", chunked_prefill=None):
     """predict() for a workload file: its model's config, its [predict] table, its longest request
-    and its prices; each argument given overrides the workload's."""
+    and its prices; each argument given overrides the workload's. Served under load, the requests
+    are the workload's own prompts (their lengths, in turn) unless input tokens are given."""
     if not workload.model.path:
         raise PredictError("the workload's model is a factory: the dry run needs a config.json "
                            "(give the model folder instead)")
@@ -222,12 +232,16 @@ def for_workload(workload, platform_names=None, tps=None, lnc=None, input_tokens
                            "(or [predict] tp = [...] in the workload)")
     folder = config_folder(workload.resolve(workload.model.path))
     input_tokens = _given(input_tokens, wanted.input_tokens)
-    if input_tokens is None:
-        input_tokens = workload_lengths(workload)[0]
     output_tokens = _given(output_tokens, wanted.output_tokens, workload.inputs.max_new_tokens)
+    lengths = None
+    if input_tokens is None:
+        prompts = workload_prompt_lengths(workload)
+        input_tokens = max(prompts)
+        if concurrency and len(set(prompts)) > 1:
+            lengths = [(n, output_tokens) for n in prompts]
     return predict(folder, platform_names or wanted.platforms, tps, _given(lnc, wanted.lnc), input_tokens,
                    output_tokens, mode or wanted.mode, workload.cost.price_per_hour, workload.cost.currency,
-                   serving, concurrency, rates, loop)
+                   serving, concurrency, rates, loop, lengths, _given(chunked_prefill, wanted.chunked_prefill))
 
 
 def _given(*values):
@@ -238,6 +252,12 @@ def _given(*values):
 def workload_lengths(workload):
     """(input tokens, output tokens) of the workload's longest request at batch 1: its longest
     random-token prompt, or text prompt as its tokenizer counts it."""
+    return max(workload_prompt_lengths(workload)), workload.inputs.max_new_tokens
+
+
+def workload_prompt_lengths(workload):
+    """The tokens of each of the workload's prompts: its random-token prompts' lengths, and its
+    text prompts as its tokenizer counts them."""
     lengths = list(workload.inputs.prompt_lengths)
     folder = workload.resolve(workload.model.path) if workload.model.path else None
     if workload.inputs.prompts and folder and any(n.startswith("tokenizer") for n in os.listdir(folder)):
@@ -247,7 +267,7 @@ def workload_lengths(workload):
     if not lengths:
         raise PredictError("the workload's prompts need a tokenizer in the model folder to be counted: "
                            "give --input-tokens")
-    return max(lengths), workload.inputs.max_new_tokens
+    return lengths
 
 
 def predict_training(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, dp=1, instances=None, seq_len=2048,

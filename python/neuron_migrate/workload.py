@@ -99,6 +99,7 @@ class Predict:
     input_tokens: int = None  # default: the longest prompt
     output_tokens: int = None  # default: inputs.max_new_tokens
     dp: int = 1  # a training workload: data-parallel (FSDP2) ranks of each TP degree
+    chunked_prefill: int = None  # served under load: a step's token budget (prompts prefilled in chunks)
 
 
 @dataclasses.dataclass
@@ -350,6 +351,7 @@ def load(path):
         _check_range(f"cost.{field}", getattr(cost, field), lambda v: v >= 0, "zero or more")
     _positive("cost.training_run_steps", cost.training_run_steps)
     _positive("predict.dp", predict.dp)
+    _positive("predict.chunked_prefill", predict.chunked_prefill)
     licence = _section(data, "licence", Licence, {"allowed": str})
     gates = _section(data, "gates", Gates)
     return Workload(name=name, task=task, seed=seed, scripts=scripts, model=model, inputs=inputs,

@@ -148,7 +148,8 @@ def _stack_attention_forward(module, query, key, value, attention_mask, dropout=
 #   (_sequence_parallel_ns; not when a rank's MLP is as wide as the hidden size, whose
 #   activations would look the same). The collectives keep their bytes: an all-reduce becomes a
 #   reduce-scatter and an all-gather, the same ring traffic (collective_ns).
-# Not modelled: chunked prefill, the overlap of the collectives with compute (a collective
+# Chunked prefill under load: Note [Serving under load].
+# Not modelled: the overlap of the collectives with compute (a collective
 # engine's), fusion of the norms into the matmul kernels beyond the simulator's pointwise groups,
 # sliding-window layers (their causal tiles are counted as a full causal layer's: a window of W
 # visits about min(L, W + T) keys per query tile) and attention sinks (gpt-oss).
@@ -1032,11 +1033,23 @@ def _predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, outpu
 #   before the next decode step (prefills first, one request at a time); a request's first token
 #   comes from its prefill;
 # - a decode step gives every running sequence one token; the stack's fixed cost per step is paid
-#   once per step, shared by the batch.
+#   once per step, shared by the batch;
+# - the requests' lengths: every request input_tokens in and output_tokens out, or `lengths`, a
+#   list of (input, output) pairs served in turn (a workload's prompts): each prompt's prefill is
+#   costed at its own length (its prefill bucket), the decode steps at the requests' mean position
+#   over a cache holding the longest;
+# - chunked prefill (`chunked_prefill`: a step's token budget, vLLM's max_num_batched_tokens, the
+#   guide's PREFILL_CHUNK_SIZE), as vLLM's scheduler: each step runs the running sequences' next
+#   tokens first, then the next chunk of one waiting prompt in the budget they leave; a prompt's
+#   first token comes with its last chunk. A chunk of c tokens is costed as the compiled program
+#   of c new tokens over the cache (padded to chunk_buckets: powers of two from 128, then the
+#   budget); a step with decodes and a chunk is one program: the two programs' times less one
+#   read of the weights at the peak HBM rate (never less than either), the stack's cost once.
 # Outputs per level: output tokens/s (all requests' output over the time to serve them), TTFT
 # (arrival to the first token), TPOT (time per later token), request latency, each P50/P95.
-# Not modelled: chunked prefill, sequences at their own positions (a compiled step reads its whole
-# cache bucket, whatever the positions), prefix caching, speculative decoding under load.
+# Not modelled: sequences at their own positions (a compiled step reads its whole cache bucket,
+# whatever the positions), prefix caching, speculative decoding under load, preemption when the
+# KV cache is full.
 
 
 @dataclasses.dataclass
@@ -1071,52 +1084,90 @@ def batch_buckets(max_num_seqs):
     return buckets + [max_num_seqs]
 
 
-def _serve_requests(prefill_ms, decode_step_ms, output_tokens, arrivals, max_running, next_arrival):
-    """The scheduler of Note [Serving under load] over `arrivals` [(time, client)]; a finished
-    request's client asks `next_arrival(client, now)` for its next one (None: no more). Returns
-    ([(arrival, first token, end)], the time the last request ended)."""
+def _serve_requests(prefill_ms, decode_step_ms, arrivals, max_running, next_arrival, chunk_tokens=None,
+                    chunk_ms=None, overhead_ms=0.0, shared_ms=0.0):
+    """The scheduler of Note [Serving under load] over `arrivals` [(time, client, (input tokens,
+    output tokens))]; a finished request's client asks `next_arrival(client, now)` for its next
+    one ((time, (input, output)) or None: no more). `prefill_ms(input tokens)`: a whole prefill's
+    time. With `chunk_tokens` (a step's token budget: chunked prefill), `chunk_ms(tokens)` is a
+    prefill chunk's time within a step (its stack overhead left out: the step pays `overhead_ms`
+    once); a step with decodes and a chunk is one program: their times added less `shared_ms`
+    (reading the weights once; never less than either part). Returns ([(arrival, first token, end, output tokens)], the time the last request ended)."""
     buckets = sorted(decode_step_ms)
-    waiting = list(arrivals)
-    running = []  # [arrival, first_token_at, tokens_made, client]
+    waiting = [(time, client, tuple(lengths)) for time, client, lengths in arrivals]
+    running = []  # [arrival, first_token_at, tokens_made, client, output tokens]
+    prefilling = None  # chunked: [arrival, client, input, output, positions done]
     done = []
     now = 0.0
 
     def finished(request):
-        done.append((request[0], request[1], now))
+        done.append((request[0], request[1], now, request[4]))
         follow = next_arrival(request[3], now)
         if follow is not None:
-            waiting.append((follow, request[3]))
+            waiting.append((follow[0], request[3], tuple(follow[1])))
 
-    while waiting or running:
-        waiting.sort()
-        if waiting and waiting[0][0] <= now and len(running) < max_running:
-            arrival, client = waiting.pop(0)
-            now += prefill_ms
-            request = [arrival, now, 1, client]
-            if output_tokens == 1:
-                finished(request)
-            else:
-                running.append(request)
-            continue
-        if not running:  # nothing to run until the next arrival
-            now = waiting[0][0]
-            continue
-        bucket = next((b for b in buckets if b >= len(running)), buckets[-1])
-        now += decode_step_ms[bucket]
+    def admitted(arrival, client, output):  # its first token has just come
+        request = [arrival, now, 1, client, output]
+        if output == 1:
+            finished(request)
+        else:
+            running.append(request)
+
+    def decode():
         for request in list(running):
             request[2] += 1
-            if request[2] == output_tokens:
+            if request[2] == request[4]:
                 running.remove(request)
                 finished(request)
+
+    def step_ms():
+        return decode_step_ms[next((b for b in buckets if b >= len(running)), buckets[-1])]
+
+    while waiting or running or prefilling:
+        waiting.sort(key=lambda item: (item[0], item[1]))
+        ready = bool(waiting) and waiting[0][0] <= now
+        if chunk_tokens is None:
+            if ready and len(running) < max_running:
+                arrival, client, (inputs, output) = waiting.pop(0)
+                now += prefill_ms(inputs)
+                admitted(arrival, client, output)
+                continue
+            if not running:  # nothing to run until the next arrival
+                now = waiting[0][0]
+                continue
+            now += step_ms()
+            decode()
+            continue
+        # chunked prefill: each step runs the running sequences' next tokens, then as much of one
+        # request's prompt as the step's token budget leaves (vLLM's scheduler: decodes first)
+        if prefilling is None and ready and len(running) < max_running:
+            arrival, client, (inputs, output) = waiting.pop(0)
+            prefilling = [arrival, client, inputs, output, 0]
+        chunk = min(chunk_tokens - len(running), prefilling[2] - prefilling[4]) if prefilling else 0
+        if not running and chunk <= 0:  # nothing to run until the next arrival
+            now = waiting[0][0]
+            continue
+        if chunk > 0 and running:  # one program: the weights both would read are read once
+            now += max(step_ms(), chunk_ms(chunk) + overhead_ms, step_ms() + chunk_ms(chunk) - shared_ms)
+        else:
+            now += step_ms() if running else overhead_ms + chunk_ms(chunk)
+        decode()
+        if chunk > 0:
+            prefilling[4] += chunk
+            if prefilling[4] == prefilling[2]:
+                arrival, client, _, output, _ = prefilling
+                prefilling = None
+                admitted(arrival, client, output)
     return done, now
 
 
-def _level(done, span_ms, output_tokens, concurrency, decode_step_ms, rate=None):
-    ttft = [first - arrival for arrival, first, _ in done]
-    latency = [end - arrival for arrival, _, end in done]
-    tpot = [(end - first) / (output_tokens - 1) for _, first, end in done if output_tokens > 1]
+def _level(done, span_ms, concurrency, decode_step_ms, rate=None):
+    ttft = [first - arrival for arrival, first, _, _ in done]
+    latency = [end - arrival for arrival, _, end, _ in done]
+    tpot = [(end - first) / (output - 1) for _, first, end, output in done if output > 1]
+    produced = sum(output for *_, output in done)
     return ServingLevel(concurrency=concurrency, requests=len(done),
-                        tokens_per_s=len(done) * output_tokens / span_ms * 1000 if span_ms > 0 else float("nan"),
+                        tokens_per_s=produced / span_ms * 1000 if span_ms > 0 else float("nan"),
                         ttft_ms=_percentiles(ttft), tpot_ms=_percentiles(tpot), latency_ms=_percentiles(latency),
                         decode_step_ms=dict(decode_step_ms), rate_per_s=rate)
 
@@ -1126,61 +1177,120 @@ def _positive_rate(rate):
     return isinstance(rate, (int, float)) and not math.isnan(rate) and rate > 0
 
 
-def simulate(prefill_ms, decode_step_ms, output_tokens, concurrency, requests_per_client=4):
+def _check_lengths(lengths):
+    """[(input tokens, output tokens)] of the requests, checked."""
+    if not isinstance(lengths, (list, tuple)) or not lengths or any(
+            not isinstance(pair, (list, tuple)) or len(pair) != 2 or
+            any(type(n) is not int or n < 1 for n in pair) for pair in lengths):
+        raise ValueError(f"lengths {lengths!r}: give a non-empty list of (input tokens, output tokens) pairs, "
+                         "whole numbers 1 or more")
+    return [tuple(pair) for pair in lengths]
+
+
+def _as_function(costs):
+    return costs if callable(costs) else lambda _: costs
+
+
+def simulate(prefill_ms, decode_step_ms, output_tokens, concurrency, requests_per_client=4, lengths=None,
+             chunk_tokens=None, chunk_ms=None, overhead_ms=0.0, shared_ms=0.0):
     """Note [Serving under load]: serves `concurrency` closed-loop clients over the step costs
-    (`decode_step_ms`: batch bucket -> ms of one step); returns a ServingLevel."""
+    (`decode_step_ms`: batch bucket -> ms of one step; `prefill_ms`: ms, or a function of the
+    prompt's tokens); returns a ServingLevel. `lengths` [(input, output)]: the requests' lengths
+    in turn (the r-th request of client c is lengths[(c x requests_per_client + r) % n]; default:
+    every request `output_tokens` out). `chunk_tokens`, `chunk_ms`, `overhead_ms`: chunked prefill
+    (_serve_requests)."""
     if concurrency < 1 or requests_per_client < 1:
         raise ValueError(f"concurrency {concurrency} and requests_per_client {requests_per_client} must be 1 or more")
-    left = {client: requests_per_client for client in range(concurrency)}
+    lengths = _check_lengths(lengths) if lengths is not None else [(1, output_tokens)]
+    _check_chunking(chunk_tokens, chunk_ms)
+    sent = {client: 0 for client in range(concurrency)}
+
+    def request(client):
+        return lengths[(client * requests_per_client + sent[client]) % len(lengths)]
 
     def again(client, now):
-        left[client] -= 1
-        return now if left[client] else None
-    done, end = _serve_requests(prefill_ms, decode_step_ms, output_tokens,
-                                [(0.0, client) for client in range(concurrency)], concurrency, again)
-    return _level(done, end, output_tokens, concurrency, decode_step_ms)
+        sent[client] += 1
+        return (now, request(client)) if sent[client] < requests_per_client else None
+    done, end = _serve_requests(_as_function(prefill_ms), decode_step_ms,
+                                [(0.0, client, request(client)) for client in range(concurrency)], concurrency, again,
+                                chunk_tokens, chunk_ms, overhead_ms, shared_ms)
+    return _level(done, end, concurrency, decode_step_ms)
 
 
-def simulate_rate(prefill_ms, decode_step_ms, output_tokens, rate_per_s, requests, max_num_seqs):
+def _check_chunking(chunk_tokens, chunk_ms):
+    if chunk_tokens is not None and (type(chunk_tokens) is not int or chunk_tokens < 1 or chunk_ms is None):
+        raise ValueError(f"chunked prefill {chunk_tokens!r}: give the step's token budget, a whole number 1 or more "
+                         "(vLLM's max_num_batched_tokens), with the chunk's cost")
+
+
+def simulate_rate(prefill_ms, decode_step_ms, output_tokens, rate_per_s, requests, max_num_seqs, lengths=None,
+                  chunk_tokens=None, chunk_ms=None, overhead_ms=0.0, shared_ms=0.0):
     """Open loop: `requests` arriving at `rate_per_s` (evenly spaced), at most `max_num_seqs`
     running at once (the stack's batch), the rest waiting; a ServingLevel whose `concurrency` is
-    max_num_seqs. Throughput counts from the first arrival to the last answer."""
+    max_num_seqs. Throughput counts from the first arrival to the last answer. `lengths` and
+    chunking as simulate's (request k is lengths[k % n])."""
     if not _positive_rate(rate_per_s) or requests < 1 or max_num_seqs < 1:
         raise ValueError(f"rate {rate_per_s!r} must be a number above 0, requests {requests} and max_num_seqs "
                          f"{max_num_seqs} 1 or more")
-    arrivals = [(index * 1000.0 / rate_per_s, index) for index in range(requests)]
-    done, end = _serve_requests(prefill_ms, decode_step_ms, output_tokens, arrivals, max_num_seqs,
-                                lambda client, now: None)
-    return _level(done, end, output_tokens, max_num_seqs, decode_step_ms, rate=rate_per_s)
+    lengths = _check_lengths(lengths) if lengths is not None else [(1, output_tokens)]
+    _check_chunking(chunk_tokens, chunk_ms)
+    arrivals = [(index * 1000.0 / rate_per_s, index, lengths[index % len(lengths)]) for index in range(requests)]
+    done, end = _serve_requests(_as_function(prefill_ms), decode_step_ms, arrivals, max_num_seqs,
+                                lambda client, now: None, chunk_tokens, chunk_ms, overhead_ms, shared_ms)
+    return _level(done, end, max_num_seqs, decode_step_ms, rate=rate_per_s)
 
 
 def serve(config_or_dir, platform="trn2", tp=1, logical_nc_config=None, input_tokens=192, output_tokens=192,
           concurrency=(1,), serving="device", max_model_len=None, requests_per_client=4, rates=(), routing_skew=0.0,
-          prefill_buckets=None):
-    """[ServingLevel] per concurrency level (Note [Serving under load]), compiled programs: one
-    request's prefill and a decode step per batch bucket up to the largest level, each costed as
+          prefill_buckets=None, lengths=None, chunked_prefill=None):
+    """[ServingLevel] per concurrency level (Note [Serving under load]), compiled programs: each
+    prompt's prefill and a decode step per batch bucket up to the largest level, each costed as
     predict() costs it (collectives, the stack's fixed cost per step); then one per arrival rate in
     `rates` (requests/s, open loop, max_num_seqs the largest concurrency level); `routing_skew` and
-    `prefill_buckets` as predict's."""
+    `prefill_buckets` as predict's. `lengths` [(input tokens, output tokens)]: the requests' own
+    lengths, served in turn (a workload's prompts; default: every request input_tokens in and
+    output_tokens out). `chunked_prefill`: a step's token budget (vLLM's max_num_batched_tokens,
+    the guide's PREFILL_CHUNK_SIZE): prompts are prefilled in chunks inside the decode steps."""
     with _routing(routing_skew):
         return _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, concurrency,
-                      serving, max_model_len, requests_per_client, rates, prefill_buckets)
+                      serving, max_model_len, requests_per_client, rates, prefill_buckets, lengths, chunked_prefill)
+
+
+MAX_PREFILL_PROGRAMS = 16  # distinct prefill lengths one serve() traces
+
+
+def chunk_buckets(chunk_tokens):
+    """The token counts a chunk's program is compiled for up to a step's budget: powers of two from
+    128 below it, then the budget (vLLM Neuron's num_batched_tokens_buckets rule)."""
+    return [2 ** i for i in range(7, 64) if 2 ** i < chunk_tokens] + [chunk_tokens]
 
 
 def _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, concurrency, serving,
-           max_model_len, requests_per_client, rates, prefill_buckets):
+           max_model_len, requests_per_client, rates, prefill_buckets, lengths=None, chunked_prefill=None):
     if not concurrency or any(not isinstance(c, int) or c < 1 for c in concurrency):
         raise ValueError(f"concurrency {concurrency!r}: give one or more whole numbers of requests, 1 or more")
     if any(not _positive_rate(r) for r in rates):
         raise ValueError(f"rates {rates!r}: give request rates (requests per second) above 0")
     if not isinstance(requests_per_client, int) or requests_per_client < 1:
         raise ValueError(f"requests_per_client {requests_per_client!r}: give 1 or more")
+    _check_chunking(chunked_prefill, lambda tokens: 0.0)
+    if lengths is None:
+        lengths = [(input_tokens, output_tokens)]
+        cache_len = max_model_len
+    else:  # the decode steps are costed at the requests' mean lengths, over a cache holding the longest
+        lengths = _check_lengths(lengths)
+        longest = max(i + o for i, o in lengths)
+        cache_len = max_model_len or longest
+        if cache_len < longest:
+            raise ValueError(f"max_model_len {cache_len} is shorter than the longest request ({longest} positions)")
+        input_tokens = sum(i for i, _ in lengths) // len(lengths)
+        output_tokens = sum(o for _, o in lengths) // len(lengths)
     single = predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, "compiled",
-                     serving, 1, max_model_len, prefill_buckets, routing_skew=_ROUTING_SKEW.get())  # validates the arguments; batch 1's step and TTFT
+                     serving, 1, cache_len, prefill_buckets, routing_skew=_ROUTING_SKEW.get())  # validates the arguments; batch 1's step and TTFT
     config = _load_config(config_or_dir)
     lnc = single.logical_nc_config
     overhead_ns = serving_overhead_ns(serving)
-    cache_len = max_model_len or input_tokens + output_tokens
+    cache_len = cache_len or input_tokens + output_tokens
     decode_cache_len = decode_bucket(serving, input_tokens + output_tokens // 2, cache_len)
     gqa = None if serving == "device" else serving_gqa_attention(serving)
     steps = {1: single.per_token_ms}
@@ -1189,14 +1299,43 @@ def _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_
                                             single.prefill_tokens, decode_cache_len, batch=bucket)
         collectives = _collectives_ns(config, 1, tp, platform, lnc, sequences=bucket)
         steps[bucket] = (step_ns + collectives + overhead_ns) / 1e6
+
+    def program_ms(tokens, prefill):  # a prefill of `tokens` positions, or a chunk of them (a step)
+        prefill_ns, step_ns, _ = compiled_forward_ns(
+            config, tp, platform, lnc, 0 if not prefill else tokens, cache_len, 1 if prefill else tokens, gqa,
+            tokens, tokens + 1 if prefill else cache_len, sequence_parallel=prefill and serving_sequence_parallel(serving))
+        return ((prefill_ns if prefill else step_ns) + _collectives_ns(config, tokens, tp, platform, lnc)) / 1e6
+
+    chunk_ms = shared_ms = None
+    if chunked_prefill is None:
+        padded = {i: prefill_bucket(serving, i, cache_len, prefill_buckets) for i, _ in lengths}
+        if len(set(padded.values())) > MAX_PREFILL_PROGRAMS:
+            raise ValueError(f"the requests' prompts run {len(set(padded.values()))} prefill lengths; the dry run "
+                             f"traces at most {MAX_PREFILL_PROGRAMS}: give fewer distinct lengths, or a serving stack "
+                             "with prefill buckets (serving='vllm-neuron' or 'nxdi')")
+        prefills = {single.prefill_tokens: single.ttft_ms}
+        for positions in sorted(set(padded.values()) - set(prefills)):
+            prefills[positions] = program_ms(positions, prefill=True) + overhead_ns / 1e6
+        prefill_ms = lambda inputs: prefills[padded[inputs]]  # noqa: E731
+    else:
+        budget = min(chunked_prefill, cache_len)
+        chunks = {b: program_ms(b, prefill=False) for b in chunk_buckets(budget)}
+        chunk_ms = lambda tokens: chunks[min(b for b in chunks if b >= tokens)]  # noqa: E731
+        # a step with decodes and a chunk reads the weights once (one program)
+        _, weight_bytes = _model_figures(config, tp, 1, 0)
+        shared_ms = weight_bytes / _C._peak_rates(platform, lnc)[1] * 1e3
+        prefill_ms = None
+    chunking = dict(chunk_tokens=chunked_prefill and min(chunked_prefill, cache_len), chunk_ms=chunk_ms,
+                    overhead_ms=overhead_ns / 1e6, shared_ms=shared_ms or 0.0)
     levels = []
     for c in concurrency:
         buckets = {b: steps[b] for b in batch_buckets(c)}
-        levels.append(simulate(single.ttft_ms, buckets, output_tokens, c, requests_per_client))
+        levels.append(simulate(prefill_ms, buckets, output_tokens, c, requests_per_client, lengths, **chunking))
     most = max(concurrency)
     for rate in rates:
         buckets = {b: steps[b] for b in batch_buckets(most)}
-        levels.append(simulate_rate(single.ttft_ms, buckets, output_tokens, rate, requests_per_client * most, most))
+        levels.append(simulate_rate(prefill_ms, buckets, output_tokens, rate, requests_per_client * most, most,
+                                    lengths, **chunking))
     return levels
 
 

@@ -312,6 +312,48 @@ def test_serving_at_concurrency_1_equals_predicts_request_and_batching_beats_ser
         dry_run.serve(config, concurrency=(0,))
 
 
+def test_the_simulator_serves_requests_of_their_own_lengths():
+    # one client, two requests: 4 in / 3 out (prefill 10 ms), then 8 in / 2 out (prefill 20 ms)
+    level = dry_run.simulate({4: 10.0, 8: 20.0}.__getitem__, {1: 5.0}, output_tokens=None, concurrency=1,
+                             requests_per_client=2, lengths=[(4, 3), (8, 2)])
+    # A: 0-10 prefill, steps to 20; B: 20-40 prefill, one step to 45
+    assert level.requests == 2 and level.ttft_ms["p50"] == 15.0 and level.latency_ms["p50"] == 22.5
+    assert level.tpot_ms == {"p50": 5.0, "p95": 5.0}
+    assert level.tokens_per_s == pytest.approx(5 / 45 * 1000)
+
+
+def test_the_simulator_prefills_in_chunks_inside_the_decode_steps():
+    # budget 4 tokens a step; a chunk costs 1 ms per token, the stack 0.5 ms a step, a decode step
+    # 3 ms; a step with both reads the weights once (2 ms shared). Two clients, 6 in / 2 out each.
+    level = dry_run.simulate(None, {1: 3.0, 2: 3.0}, output_tokens=None, concurrency=2, requests_per_client=1,
+                             lengths=[(6, 2)], chunk_tokens=4, chunk_ms=lambda tokens: float(tokens), overhead_ms=0.5,
+                             shared_ms=2.0)
+    # A: chunks of 4 (0-4.5) and 2 (-7.0): first token at 7. Then A's decode with B's first chunk
+    # of 3 (the budget less A's token): max(3, 3.5, 3 + 3 - 2) = 4 -> 11, A ends; B's last 3 ->
+    # 14.5 (first token); B's decode -> 17.5.
+    assert level.ttft_ms["p50"] == pytest.approx((7.0 + 14.5) / 2)
+    assert level.latency_ms["p50"] == pytest.approx((11.0 + 17.5) / 2)
+    assert level.tokens_per_s == pytest.approx(4 / 17.5 * 1000)
+    with pytest.raises(ValueError, match="chunked prefill"):
+        dry_run.simulate(None, {1: 3.0}, 2, 1, lengths=[(6, 2)], chunk_tokens=0, chunk_ms=float)
+    with pytest.raises(ValueError, match="lengths"):
+        dry_run.simulate(1.0, {1: 3.0}, 2, 1, lengths=[(6, 0)])
+
+
+def test_serving_a_length_distribution_and_chunked_prefill():
+    config = tiny_llama()
+    same = dry_run.serve(config, "trn2", input_tokens=16, output_tokens=4, concurrency=(2,), requests_per_client=2)
+    given = dry_run.serve(config, "trn2", concurrency=(2,), requests_per_client=2, lengths=[(16, 4)])
+    assert given == same  # one length given is the default's request
+    mixed, = dry_run.serve(config, "trn2", concurrency=(2,), requests_per_client=2, lengths=[(16, 4), (4, 8)])
+    assert mixed.requests == 4 and mixed.ttft_ms["p50"] < same[0].ttft_ms["p50"]  # shorter prompts prefill faster
+    chunked, = dry_run.serve(config, "trn2", input_tokens=16, output_tokens=4, concurrency=(2,), requests_per_client=2,
+                             chunked_prefill=8)
+    assert chunked.requests == 4 and chunked.tokens_per_s > 0 and chunked.ttft_ms["p50"] > 0
+    with pytest.raises(ValueError, match="max_model_len"):
+        dry_run.serve(config, lengths=[(16, 4)], max_model_len=8)
+
+
 def test_a_vocabulary_shard_keeps_the_padding_index_inside_it():
     """gpt-oss-20b's pad_token_id 199999 at TP 4 (vocabulary 201088 / 4 per shard): the shard's
     embedding was built with a padding index beyond its rows (issue 41 §2)."""

@@ -136,6 +136,25 @@ def test_a_workload_gives_its_lengths_degrees_and_prices(tiny, tmp_path, capsys)
     assert "USD/1M output tokens" in printed and "price_per_hour.trn2 as one trn2.48xlarge instance-hour" in printed
 
 
+def test_a_workload_is_served_as_its_own_prompts_and_chunked_prefill_is_asked_for(tiny, tmp_path, capsys):
+    """Issue 41 §1: under load the workload's requests keep their own prompt lengths (6 and 10
+    tokens, in turn), and `--chunked-prefill` (or [predict] chunked_prefill) prefills them in chunks."""
+    path = write(tmp_path, "w.toml", WORKLOAD.format(model=tiny).replace("tp = [1, 2]", "tp = [1]"))
+    status, result = _json(capsys, path, "--concurrency", "2")
+    assert status == 0 and result["serving_lengths"] == [[6, 5], [10, 5]] and result["chunked_prefill"] is None
+    level, = result["rows"][0]["serving_levels"]
+    expected, = dry_run.serve(tiny, "trn2", concurrency=(2,), lengths=[(6, 5), (10, 5)])
+    assert level["tokens_per_s"] == pytest.approx(expected.tokens_per_s)
+    status, chunked = _json(capsys, path, "--concurrency", "2", "--chunked-prefill", "4")
+    level, = chunked["rows"][0]["serving_levels"]
+    expected, = dry_run.serve(tiny, "trn2", concurrency=(2,), lengths=[(6, 5), (10, 5)], chunked_prefill=4)
+    assert status == 0 and chunked["chunked_prefill"] == 4 and level["ttft_ms"] == pytest.approx(expected.ttft_ms)
+    assert main(["predict", path, "--concurrency", "2", "--chunked-prefill", "4"]) == 0
+    assert "the workload's 2 prompts in turn (6 to 10 tokens in, 5 out), prompts prefilled in chunks" in _printed(capsys)
+    assert main(["predict", path, "--chunked-prefill", "4"]) == 2  # chunks are a served load's
+    assert "--chunked-prefill: expected a step's token budget of 1 or more, with --concurrency" in _printed(capsys)
+
+
 def test_a_workload_without_a_config_is_refused(tmp_path, capsys):
     from migrate_helpers import DATA
     path = write(tmp_path, "w.toml", f"""

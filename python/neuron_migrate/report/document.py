@@ -211,8 +211,9 @@ def _dry_run(prediction):
                                            for r in prediction["refused"]])]
     served = [(row, level) for row in prediction.get("rows") or [] for level in row.get("serving_levels") or []]
     if served:
+        from .terminal import serving_requests
         blocks += [("p", "Served at the workload's concurrency with continuous batching (the dry run's Note "
-                         "[Serving under load]: concurrent requests share decode steps):"),
+                         f"[Serving under load]: concurrent requests share decode steps; {serving_requests(prediction)}):"),
                    ("table", ["platform", "TP", "concurrency", "tokens/s", "TTFT P95", "TPOT P50", "latency P95",
                               f"{prediction.get('currency') or 'cost'}/1M tokens"],
                     [[row["platform"], str(row["tp"]), str(level["concurrency"]), number(level["tokens_per_s"]),

@@ -83,13 +83,25 @@ def training_table(result):
     return Group(table, Text(f"from the {result['source']}"), Text(result["rows"][0]["modelled"] if result["rows"] else ""))
 
 
+def serving_requests(result):
+    """What the served requests are: their lengths, and how their prompts are prefilled."""
+    lengths = result.get("serving_lengths")
+    if lengths:
+        inputs = sorted({pair[0] for pair in lengths})
+        what = (f"the workload's {len(lengths)} prompts in turn ({inputs[0]} to {inputs[-1]} tokens in, "
+                f"{result['output_tokens']} out)")
+    else:
+        what = f"{result['input_tokens']} tokens in / {result['output_tokens']} out"
+    chunk = result.get("chunked_prefill")
+    return what + (f", prompts prefilled in chunks of a {chunk}-token step budget" if chunk else
+                   ", each prompt prefilled whole before the next step")
+
+
 def serving_table(result):
     """Requests served at each concurrency level, per platform and TP degree (continuous batching)."""
     currency = result.get("currency")
     table = Table(title=f"{result['label']}: served with continuous batching (closed loop at each concurrency, "
-                        "open loop at each rate, "
-                        f"{result['input_tokens']} tokens in / {result['output_tokens']} out, serving: "
-                        f"{result['serving']})")
+                        f"open loop at each rate, {serving_requests(result)}, serving: {result['serving']})")
     for column in ("platform", "TP", "load", "tokens/s", "TTFT P50 ms", "TTFT P95 ms", "TPOT P50 ms",
                    "TPOT P95 ms", "latency P95 ms", f"{currency or 'cost'}/1M output tokens"):
         table.add_column(column, justify="left" if column == "platform" else "right")
