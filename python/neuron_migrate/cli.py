@@ -73,11 +73,11 @@ def parser():
                          help="also serve requests arriving at these rates (requests/s, open loop), e.g. 2,8; the "
                               "largest --concurrency level is the stack's batch")
     predict.add_argument("--train", action="store_true",
-                         help="predict a training step instead (FSDP2 over --dp ranks of --tp each): step time, "
+                         help="predict a training step instead (--dp ranks of --pp stages of --tp each): step time, "
                               "tokens/s, MFU, memory per core, time and cost to --token-budget")
-    predict.add_argument("--dp", type=int, help="--train: data-parallel (FSDP2) ranks (default: the workload's "
+    predict.add_argument("--dp", type=int, help="--train: data-parallel ranks (default: the workload's "
                                                 "[predict] dp, or 1)")
-    predict.add_argument("--instances", type=int, help="--train: instances (default: as few as hold dp x tp ranks)")
+    predict.add_argument("--instances", type=int, help="--train: instances (default: as few as hold dp x pp x tp ranks)")
     predict.add_argument("--seq-len", type=int, help="--train: tokens per sequence (default: the workload's "
                                                      "[train] seq_len, or 2048)")
     predict.add_argument("--local-batch", type=int, help="--train: sequences per DP rank per step (default: "
@@ -85,6 +85,13 @@ def parser():
     predict.add_argument("--activation-checkpointing", action="store_true",
                          help="--train: recompute each decoder layer in the backward")
     predict.add_argument("--token-budget", type=float, help="--train: tokens to train on (time and cost to reach it)")
+    predict.add_argument("--pp", type=int, help="--train: pipeline stages (1F1B; default 1)")
+    predict.add_argument("--microbatches", type=int, help="--train: microbatches of a pipeline's step (default: "
+                                                          "2 x pp, at most --local-batch)")
+    predict.add_argument("--sharding", choices=["fsdp2", "zero1", "ddp"],
+                         help="--train: how the DP ranks share the model (default fsdp2)")
+    predict.add_argument("--sequence-parallel", action="store_true",
+                         help="--train: TP with sequence parallelism (norms and residuals split over the TP ranks)")
     predict.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     fit = commands.add_parser("fit", help="does the model fit? parameters + KV cache per core, from its config")
@@ -183,7 +190,9 @@ def _predict_training(args, console):
         result = predict_training(config_folder(folder), args.platform or platforms, args.tp or tps, args.lnc,
                                   _given(args.dp, dp), args.instances, _given(args.seq_len, seq_len),
                                   _given(args.local_batch, batch),
-                                  args.activation_checkpointing, args.token_budget, prices, currency)
+                                  args.activation_checkpointing, args.token_budget, prices, currency,
+                                  layout={"pp": args.pp, "microbatches": args.microbatches, "sharding": args.sharding,
+                                          "sequence_parallel": args.sequence_parallel or None})
     except (PredictError, WorkloadError) as error:
         console.print(f"[red]predict: {escape(str(error))}")
         return 2

@@ -71,14 +71,15 @@ def dry_run_serving(config_dir, platform, tp, lnc, input_tokens, output_tokens, 
              "ttft_ms": level.ttft_ms, "tpot_ms": level.tpot_ms, "latency_ms": level.latency_ms,
              "decode_step_ms": {str(b): ms for b, ms in level.decode_step_ms.items()}} for level in levels]
 def dry_run_training(config_dir, platform, lnc, dp, tp, instances, seq_len, local_batch, activation_checkpointing,
-                     token_budget, price_per_instance_hour):
+                     token_budget, price_per_instance_hour, layout=None):
     """{step_ms, tokens_per_s, mfu, memory_gib, ...} of one training step (the dry run's Note [A
-    training step, dry], torch_neuron_sim.train_dry_run); ValueError for what it cannot run."""
+    training step, dry], torch_neuron_sim.train_dry_run); `layout`: {pp, microbatches, sharding,
+    sequence_parallel} where given; ValueError for what it cannot run."""
     import dataclasses
     return dataclasses.asdict(_dry_run().train(
         config_dir, platform, lnc, dp=dp, tp=tp, instances=instances, seq_len=seq_len, local_batch=local_batch,
         activation_checkpointing=activation_checkpointing, token_budget=token_budget,
-        price_per_instance_hour=price_per_instance_hour))
+        price_per_instance_hour=price_per_instance_hour, **(layout or {})))
 # -- end of the adapter ----------------------------------------------------------------------
 
 
@@ -271,9 +272,12 @@ def workload_prompt_lengths(workload):
 
 
 def predict_training(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, dp=1, instances=None, seq_len=2048,
-                     local_batch=1, activation_checkpointing=False, token_budget=None, prices=None, currency=None):
-    """The training table: one row per platform and TP degree, each a step of `dp` FSDP2 ranks of
-    `tp` ranks each ("refused" lists what cannot run, with the dry run's reason)."""
+                     local_batch=1, activation_checkpointing=False, token_budget=None, prices=None, currency=None,
+                     layout=None):
+    """The training table: one row per platform and TP degree, each a step of `dp` data-parallel
+    ranks of `tp` ranks each ("refused" lists what cannot run, with the dry run's reason);
+    `layout` {pp, microbatches, sharding, sequence_parallel}: the dry run's, where given."""
+    layout = {name: value for name, value in (layout or {}).items() if value is not None}
     problems = argument_problems(platform_names, tps, lnc, 1, 1, "compiled")
     for name, value in (("dp", dp), ("seq-len", seq_len), ("local-batch", local_batch)):
         if value < 1:
@@ -290,7 +294,7 @@ def predict_training(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, d
         for tp in tps:
             try:
                 rows.append(dry_run_training(config_dir, platform, platform_lnc, dp, tp, instances, seq_len,
-                                             local_batch, activation_checkpointing, token_budget, price))
+                                             local_batch, activation_checkpointing, token_budget, price, layout))
             except (ValueError, RuntimeError) as error:
                 refused.append({"platform": platform, "tp": tp, "lnc": platform_lnc, "error": str(error)})
     return {"label": f"predicted (cost model {version}, no published training figure checked)",
@@ -298,6 +302,7 @@ def predict_training(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, d
             "calibration_error": calibration_error, "config": os.path.abspath(config_dir), "dp": dp,
             "seq_len": seq_len, "local_batch": local_batch, "activation_checkpointing": activation_checkpointing,
             "token_budget": token_budget, "currency": currency, "rows": rows, "refused": refused,
-            "source": "dry run of torch-neuron-sim's training step (fake tensors, no weights; FSDP2 over the DP "
-                      "ranks, bf16 compute, fp32 master weights and AdamW; eager launches; no calibration row is "
-                      "a training figure)"}
+            "layout": layout,
+            "source": "dry run of torch-neuron-sim's training step (fake tensors, no weights; "
+                      f"{layout.get('sharding', 'fsdp2')} over the DP ranks, bf16 compute, fp32 master weights and "
+                      "AdamW; eager launches; no calibration row is a training figure)"}

@@ -86,6 +86,65 @@ def test_tensor_parallelism_adds_four_all_reduces_of_the_activations_per_layer()
     assert one_rank.collectives_ms == pytest.approx(4 * 6 * per_reduce / 1e6)
 
 
+def test_zero1_and_ddp_shard_what_they_shard_and_pay_their_bucketed_collectives():
+    """Hand-computed: ZeRO-1 keeps bf16 parameters and gradients whole and 1/DP of the fp32 master
+    weights and moments; its bf16 gradients are reduce-scattered and its parameters all-gathered
+    (DDP: all-reduced), in 25 MiB buckets; a step across instances pays them over EFA."""
+    parameters = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(debug_config()).parameters())
+    gib = 2 ** 30
+    zero1 = train_dry_run.predict_train(debug_config(), dp=4, seq_len=128, local_batch=4, sharding="zero1")
+    ddp = train_dry_run.predict_train(debug_config(), dp=4, seq_len=128, local_batch=4, sharding="ddp")
+    shard = -(-parameters // 4)
+    assert zero1.memory_gib["parameters"] == pytest.approx((parameters * 2 + shard * 4) / gib, rel=1e-3)
+    assert zero1.memory_gib["gradients"] == pytest.approx(parameters * 2 / gib, rel=1e-3)
+    assert zero1.memory_gib["optimizer"] == pytest.approx(shard * 8 / gib, rel=1e-3)
+    assert ddp.memory_gib["optimizer"] == pytest.approx(parameters * 8 / gib, rel=1e-3)
+    assert zero1.memory_gib["gathered"] == ddp.memory_gib["gathered"] == 0
+    nbytes = parameters * 2  # under one bucket
+    assert nbytes < train_dry_run.BUCKET_BYTES
+    assert zero1.collectives_ms == pytest.approx((dry_run.collective_ns("reduce_scatter", nbytes, 4, "trn2", 2, False)
+                                                  + dry_run.collective_ns("allgather", nbytes, 4, "trn2", 2, False))
+                                                 / 1e6)
+    assert ddp.collectives_ms == pytest.approx(dry_run.collective_ns("allreduce", nbytes, 4, "trn2", 2, False) / 1e6)
+    assert zero1.sharding == "zero1" and zero1.step_ms > zero1.compute_ms
+    across = train_dry_run.predict_train(debug_config(), dp=4, seq_len=128, local_batch=4, sharding="zero1",
+                                         instances=2)
+    assert across.collectives_ms > zero1.collectives_ms  # EFA
+    # the buckets: 60 MiB of gradients are two full buckets and one of 10 MiB
+    assert train_dry_run._bucketed_ns("allreduce", 60 * 2 ** 20, 4, "trn2", 2, False) == pytest.approx(
+        2 * dry_run.collective_ns("allreduce", 25 * 2 ** 20, 4, "trn2", 2, False)
+        + dry_run.collective_ns("allreduce", 10 * 2 ** 20, 4, "trn2", 2, False))
+
+
+def test_sequence_parallelism_splits_the_residual_stream_and_swaps_each_all_reduce_for_two():
+    plain = train_dry_run.predict_train(debug_config(), tp=2, seq_len=128, local_batch=4)
+    split = train_dry_run.predict_train(debug_config(), tp=2, seq_len=128, local_batch=4, sequence_parallel=True)
+    activation = 4 * 128 * 256 * 2
+    pair = (dry_run.collective_ns("reduce_scatter", activation, 2, "trn2", 2)
+            + dry_run.collective_ns("allgather", activation, 2, "trn2", 2))
+    assert split.collectives_ms == pytest.approx(4 * 6 * pair / 1e6)
+    assert split.compute_ms < plain.compute_ms  # norms and residual adds on half the sequence
+    assert split.memory_gib["activations"] < plain.memory_gib["activations"]
+    assert split.launches == plain.launches and split.sequence_parallel
+
+
+def test_a_pipeline_runs_its_stage_in_microbatch_slots_and_sends_between_stages():
+    """Hand-computed 1F1B: a stage of 3 of the 6 layers (with the embedding and the head), traced
+    for one microbatch of 1 sequence; 4 microbatches on 2 stages fill 5 slots, each with a send of
+    the activation forward and of its gradient backward; the optimizer once."""
+    pipeline = train_dry_run.predict_train(debug_config(), pp=2, microbatches=4, seq_len=128, local_batch=4)
+    stage = train_dry_run.predict_train(debug_config(num_hidden_layers=3), seq_len=128, local_batch=1)
+    send = dry_run.collective_ns("send", 128 * 256 * 2, 2, "trn2", 2, False)
+    slot_ms = stage.step_ms - stage.optimizer_ms
+    assert pipeline.optimizer_ms == pytest.approx(stage.optimizer_ms)
+    assert pipeline.step_ms == pytest.approx(5 * (slot_ms + 2 * send / 1e6) + stage.optimizer_ms)
+    assert pipeline.memory_gib["activations"] == pytest.approx(2 * stage.memory_gib["activations"])  # 2 in flight
+    assert pipeline.memory_gib["parameters"] == pytest.approx(stage.memory_gib["parameters"])
+    assert pipeline.tokens_per_step == 4 * 128 and pipeline.pp == 2
+    default = train_dry_run.predict_train(debug_config(), pp=2, seq_len=128, local_batch=8)
+    assert default.microbatches == 4  # 2 x pp
+
+
 def test_time_and_cost_to_a_token_budget():
     p = train_dry_run.predict_train(debug_config(), dp=2, seq_len=128, local_batch=4, token_budget=1e9,
                                     price_per_instance_hour=10.0)
@@ -105,7 +164,10 @@ def test_a_large_model_on_many_instances_answers():
 @pytest.mark.parametrize("kwargs,message", [
     (dict(dp=0), "dp 0"), (dict(local_batch=1.5), "local_batch"), (dict(platform="tpu"), "platform"),
     (dict(dp=128, instances=1), "need 2 trn2 instance"), (dict(logical_nc_config=3), r"\(LNC\) 3"),
-    (dict(tp=5), "tp 5 must divide")])
+    (dict(tp=5), "tp 5 must divide"), (dict(sharding="zero3"), "sharding 'zero3'"),
+    (dict(sequence_parallel=True), "give tp 2 or more"), (dict(microbatches=2), "microbatches are a pipeline's"),
+    (dict(pp=7), "6 decoder layers, fewer than the stages"), (dict(pp=2, local_batch=3, microbatches=2), "equal size"),
+    (dict(pp=0), "pp 0")])
 def test_bad_input_is_refused_with_what_to_give(kwargs, message):
     with pytest.raises(ValueError, match=message):
         train_dry_run.predict_train(debug_config(), **{"seq_len": 16, **kwargs})
@@ -133,3 +195,13 @@ def test_neuron_migrate_predicts_training(tmp_path):
     assert [row["tp"] for row in table["rows"]] == [1, 2] and table["task"] == "train"
     assert all(row["hours_to_budget"] > 0 and row["step_ms"] > 0 for row in table["rows"])
     assert "no published training figure" in table["label"]
+    layout = subprocess.run([sys.executable, "-m", "neuron_migrate", "predict", str(config), "--train", "--dp", "2",
+                             "--tp", "2", "--pp", "2", "--microbatches", "2", "--sharding", "zero1",
+                             "--sequence-parallel", "--seq-len", "64", "--local-batch", "2"],
+                            capture_output=True, text=True, env=dict(env, COLUMNS="250"), timeout=600)
+    assert layout.returncode == 0, layout.stderr
+    assert "DP 2 (zero1) x PP 2 (2 microbatches, 1F1B) x TP with sequence parallelism" in " ".join(layout.stdout.split())
+    refused = subprocess.run([sys.executable, "-m", "neuron_migrate", "predict", str(config), "--train", "--tp", "1",
+                              "--sequence-parallel", "--seq-len", "64"], capture_output=True, text=True, env=env,
+                             timeout=600)
+    assert refused.returncode == 2 and "give tp 2 or more" in " ".join(refused.stdout.split())

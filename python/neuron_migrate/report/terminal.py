@@ -66,7 +66,11 @@ def prediction_table(result):
 def training_table(result):
     """A training step per platform and TP degree (the dry run's), with its memory per core."""
     currency = result.get("currency") or "cost"
-    table = Table(title=f"{result['label']}: a training step, DP {result['dp']} (FSDP2) x TP, "
+    layout = result.get("layout") or {}
+    pipeline = (f" x PP {layout['pp']} ({layout.get('microbatches') or (result['rows'] or [{}])[0].get('microbatches')}"
+                " microbatches, 1F1B)" if (layout.get("pp") or 1) > 1 else "")
+    table = Table(title=f"{result['label']}: a training step, DP {result['dp']} ({layout.get('sharding', 'fsdp2')})"
+                        f"{pipeline} x TP{' with sequence parallelism' if layout.get('sequence_parallel') else ''}, "
                         f"{result['local_batch']} x {result['seq_len']} tokens per DP rank"
                         + (", activation checkpointing" if result["activation_checkpointing"] else ""))
     for column in ("platform", "LNC", "TP", "instances", "step ms", "collectives ms", "tokens/s", "MFU",
