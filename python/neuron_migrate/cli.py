@@ -87,7 +87,7 @@ def parser():
     predict.add_argument("--token-budget", type=float, help="--train: tokens to train on (time and cost to reach it)")
     predict.add_argument("--pp", type=int, help="--train: pipeline stages (1F1B; default 1)")
     predict.add_argument("--microbatches", type=int, help="--train: microbatches of a pipeline's step (default: "
-                                                          "2 x pp, at most --local-batch)")
+                                                          "the most, up to 2 x pp, that split --local-batch evenly)")
     predict.add_argument("--sharding", choices=["fsdp2", "zero1", "ddp"],
                          help="--train: how the DP ranks share the model (default fsdp2)")
     predict.add_argument("--sequence-parallel", action="store_true",

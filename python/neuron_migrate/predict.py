@@ -80,6 +80,11 @@ def dry_run_training(config_dir, platform, lnc, dp, tp, instances, seq_len, loca
         config_dir, platform, lnc, dp=dp, tp=tp, instances=instances, seq_len=seq_len, local_batch=local_batch,
         activation_checkpointing=activation_checkpointing, token_budget=token_budget,
         price_per_instance_hour=price_per_instance_hour, **(layout or {})))
+def dry_run_prefill_programs():
+    """How many distinct prefill lengths one serving prediction traces at most."""
+    return _dry_run().MAX_PREFILL_PROGRAMS
+
+
 # -- end of the adapter ----------------------------------------------------------------------
 
 
@@ -199,11 +204,17 @@ def predict(config_dir, platform_names=("trn2",), tps=(1,), lnc=None, input_toke
                    "price_per_hour": price, "price_key": price_key,
                    "per_million_output_tokens": per_million_tokens(price, platform, platform_lnc, tp, request_rate)}
             if concurrency:
+                try:
+                    levels = dry_run_serving(config_dir, platform, tp, platform_lnc, input_tokens, output_tokens,
+                                             concurrency, serving, rates or (), lengths, chunked_prefill)
+                except ValueError as error:
+                    refused.append({"platform": platform, "tp": tp, "lnc": platform_lnc,
+                                    "error": f"serving under load: {error}"})
+                    continue
                 row["serving_levels"] = [
                     {**level, "per_million_output_tokens": per_million_tokens(price, platform, platform_lnc, tp,
                                                                               level["tokens_per_s"])}
-                    for level in dry_run_serving(config_dir, platform, tp, platform_lnc, input_tokens, output_tokens,
-                                                 concurrency, serving, rates or (), lengths, chunked_prefill)]
+                    for level in levels]
             rows.append(row)
     return {"label": label(version, calibration_error), "cost_model_version": version,
             "calibration_error": calibration_error, "config": os.path.abspath(config_dir), "mode": mode,
@@ -239,10 +250,25 @@ def for_workload(workload, platform_names=None, tps=None, lnc=None, input_tokens
         prompts = workload_prompt_lengths(workload)
         input_tokens = max(prompts)
         if concurrency and len(set(prompts)) > 1:
-            lengths = [(n, output_tokens) for n in prompts]
+            lengths = [(n, output_tokens) for n in served_lengths(prompts)]
+    # the workload's step budget is for serving under load; the plain table (batch 1) has none
+    chunked_prefill = _given(chunked_prefill, wanted.chunked_prefill if concurrency else None)
     return predict(folder, platform_names or wanted.platforms, tps, _given(lnc, wanted.lnc), input_tokens,
                    output_tokens, mode or wanted.mode, workload.cost.price_per_hour, workload.cost.currency,
-                   serving, concurrency, rates, loop, lengths, _given(chunked_prefill, wanted.chunked_prefill))
+                   serving, concurrency, rates, loop, lengths, chunked_prefill)
+
+
+def served_lengths(prompts):
+    """The prompts' lengths as served under load: the dry run traces at most
+    dry_run.MAX_PREFILL_PROGRAMS prefill lengths, so more distinct lengths than that are padded up,
+    each to the longest of its group (the sorted lengths split into that many groups), as a
+    stack's prefill buckets pad them."""
+    most = dry_run_prefill_programs()
+    distinct = sorted(set(prompts))
+    if len(distinct) <= most:
+        return list(prompts)
+    edges = [distinct[(len(distinct) * (g + 1) + most - 1) // most - 1] for g in range(most)]
+    return [next(edge for edge in edges if edge >= n) for n in prompts]
 
 
 def _given(*values):

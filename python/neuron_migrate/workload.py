@@ -230,6 +230,7 @@ _FIELD_TYPES = {("model", "revision"): str, ("inputs", "vocab_limit"): int,
                 ("cost", "tokens_per_month"): float, ("compile", "backend"): (str, dict),
                 ("compile", "mode"): (str, dict),
                 ("predict", "lnc"): int, ("predict", "input_tokens"): int, ("predict", "output_tokens"): int,
+                ("predict", "chunked_prefill"): int,
                 **{("gates", f.name): (int if f.name in ("compiles_max", "fallback_ops_max") else float)
                    for f in dataclasses.fields(Gates)}}
 

@@ -1039,9 +1039,12 @@ def _predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, outpu
 #   costed at its own length (its prefill bucket), the decode steps at the requests' mean position
 #   over a cache holding the longest;
 # - chunked prefill (`chunked_prefill`: a step's token budget, vLLM's max_num_batched_tokens, the
-#   guide's PREFILL_CHUNK_SIZE), as vLLM's scheduler: each step runs the running sequences' next
-#   tokens first, then the next chunk of one waiting prompt in the budget they leave; a prompt's
-#   first token comes with its last chunk. A chunk of c tokens is costed as the compiled program
+#   guide's PREFILL_CHUNK_SIZE), decodes first as vLLM's scheduler: each step runs the running
+#   sequences' next tokens, then the next chunk of one waiting prompt in the budget they leave
+#   (vLLM packs several prompts' chunks into what is left; here one prompt a step, so a budget
+#   far above the prompts' lengths is used less fully than vLLM would); a prompt's first token
+#   comes with its last chunk. The budget must hold the batch (at least the largest concurrency,
+#   as vLLM requires: max_num_batched_tokens >= max_num_seqs). A chunk of c tokens is costed as the compiled program
 #   of c new tokens over the cache (padded to chunk_buckets: powers of two from 128, then the
 #   budget); a step with decodes and a chunk is one program: the two programs' times less one
 #   read of the weights at the peak HBM rate (never less than either), the stack's cost once.
@@ -1201,8 +1204,8 @@ def simulate(prefill_ms, decode_step_ms, output_tokens, concurrency, requests_pe
     (_serve_requests)."""
     if concurrency < 1 or requests_per_client < 1:
         raise ValueError(f"concurrency {concurrency} and requests_per_client {requests_per_client} must be 1 or more")
-    lengths = _check_lengths(lengths) if lengths is not None else [(1, output_tokens)]
-    _check_chunking(chunk_tokens, chunk_ms)
+    lengths = _default_lengths(lengths, output_tokens)
+    _check_chunking(chunk_tokens, chunk_ms, concurrency)
     sent = {client: 0 for client in range(concurrency)}
 
     def request(client):
@@ -1217,10 +1220,26 @@ def simulate(prefill_ms, decode_step_ms, output_tokens, concurrency, requests_pe
     return _level(done, end, concurrency, decode_step_ms)
 
 
-def _check_chunking(chunk_tokens, chunk_ms):
-    if chunk_tokens is not None and (type(chunk_tokens) is not int or chunk_tokens < 1 or chunk_ms is None):
+def _check_chunking(chunk_tokens, chunk_ms, max_running=1):
+    if chunk_tokens is None:
+        return
+    if type(chunk_tokens) is not int or chunk_tokens < 1 or chunk_ms is None:
         raise ValueError(f"chunked prefill {chunk_tokens!r}: give the step's token budget, a whole number 1 or more "
                          "(vLLM's max_num_batched_tokens), with the chunk's cost")
+    if chunk_tokens < max_running:  # vLLM's SchedulerConfig refuses it too: the batch could never fill
+        raise ValueError(f"chunked prefill {chunk_tokens}: a step's token budget below the batch ({max_running} "
+                         "sequences) never runs the batch full; give a budget of at least the largest concurrency "
+                         "(vLLM: max_num_batched_tokens >= max_num_seqs)")
+
+
+def _default_lengths(lengths, output_tokens):
+    """The requests' lengths, checked: `lengths`, or every request `output_tokens` out."""
+    if lengths is not None:
+        return _check_lengths(lengths)
+    if type(output_tokens) is not int or output_tokens < 1:
+        raise ValueError(f"output_tokens {output_tokens!r}: give the tokens each request makes, a whole number 1 "
+                         "or more (or the requests' lengths)")
+    return [(1, output_tokens)]
 
 
 def simulate_rate(prefill_ms, decode_step_ms, output_tokens, rate_per_s, requests, max_num_seqs, lengths=None,
@@ -1232,8 +1251,8 @@ def simulate_rate(prefill_ms, decode_step_ms, output_tokens, rate_per_s, request
     if not _positive_rate(rate_per_s) or requests < 1 or max_num_seqs < 1:
         raise ValueError(f"rate {rate_per_s!r} must be a number above 0, requests {requests} and max_num_seqs "
                          f"{max_num_seqs} 1 or more")
-    lengths = _check_lengths(lengths) if lengths is not None else [(1, output_tokens)]
-    _check_chunking(chunk_tokens, chunk_ms)
+    lengths = _default_lengths(lengths, output_tokens)
+    _check_chunking(chunk_tokens, chunk_ms, max_num_seqs)
     arrivals = [(index * 1000.0 / rate_per_s, index, lengths[index % len(lengths)]) for index in range(requests)]
     done, end = _serve_requests(_as_function(prefill_ms), decode_step_ms, arrivals, max_num_seqs,
                                 lambda client, now: None, chunk_tokens, chunk_ms, overhead_ms, shared_ms)
@@ -1273,7 +1292,7 @@ def _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_
         raise ValueError(f"rates {rates!r}: give request rates (requests per second) above 0")
     if not isinstance(requests_per_client, int) or requests_per_client < 1:
         raise ValueError(f"requests_per_client {requests_per_client!r}: give 1 or more")
-    _check_chunking(chunked_prefill, lambda tokens: 0.0)
+    _check_chunking(chunked_prefill, lambda tokens: 0.0, max(concurrency))
     if lengths is None:
         lengths = [(input_tokens, output_tokens)]
         cache_len = max_model_len
@@ -1283,8 +1302,11 @@ def _serve(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_
         cache_len = max_model_len or longest
         if cache_len < longest:
             raise ValueError(f"max_model_len {cache_len} is shorter than the longest request ({longest} positions)")
-        input_tokens = sum(i for i, _ in lengths) // len(lengths)
-        output_tokens = sum(o for _, o in lengths) // len(lengths)
+        # at least 2 out: a decode step to cost even where most requests make one token (the cache
+        # then a position longer than the longest request, where the dry run sizes it)
+        output_tokens = max(2, sum(o for _, o in lengths) // len(lengths))
+        input_tokens = max(1, min(sum(i for i, _ in lengths) // len(lengths), cache_len - output_tokens))
+        cache_len = max_model_len or max(cache_len, input_tokens + output_tokens)
     single = predict(config_or_dir, platform, tp, logical_nc_config, input_tokens, output_tokens, "compiled",
                      serving, 1, cache_len, prefill_buckets, routing_skew=_ROUTING_SKEW.get())  # validates the arguments; batch 1's step and TTFT
     config = _load_config(config_or_dir)

@@ -31,22 +31,31 @@ Sequence parallelism (`sequence_parallel`, with TP): outside attention and the M
 works on 1/TP of the sequence: the traced ops that write the residual stream (a [batch, sequence,
 hidden] value) or reduce it, and are not matmuls or attention, cost 1/TP of what they cost whole,
 and what autograd saves of that shape is 1/TP; TP's all-reduces become a reduce-scatter and an
-all-gather each (the same bytes).
+all-gather each (the same bytes). Where a rank's MLP, experts or attention are as wide as the
+hidden size, shape cannot tell their values from the stream's: no op is split then (as in the
+inference dry run), only the collectives change.
 Pipeline parallelism (`pp` stages, `microbatches`, 1F1B as torchtitan's PipelineScheduleSingle
-default): a stage is ceil(layers / PP) decoder layers with the embedding and the LM head (the
-costliest stage, every stage costed as it), traced for one microbatch; the step is (microbatches +
-PP - 1) microbatch slots of the stage's forward and backward, each with its TP collectives and the
-point-to-point sends of its activation forward and its gradient backward, then the optimizer step
-and the data-parallel collectives once. The first stage holds min(PP, microbatches) microbatches'
-activations.
+default): the decoder layers split as evenly as they go (pipeline_stages); each stage is costed
+with the embedding and the LM head (as the costliest would be), its own layers cut from the whole
+model (per-layer config entries, e.g. layer_types, cut with them), stages of the same layers
+costed once; the step is the slowest stage's, the memory the fullest stage's. A stage is traced for
+one microbatch; the step is (microbatches + PP - 1) microbatch slots of its forward and backward,
+each with its TP collectives and the point-to-point sends of its activation forward and its
+gradient backward, then the optimizer step and the data-parallel collectives once. With FSDP2 the
+stage stays gathered across the microbatches (torchtitan: no reshard after forward under PP; the
+pipeline syncs gradients in the last microbatch's backward): each parameter all-gathered and each
+gradient reduce-scattered once a step, FSDP2's copies around them once, and the gathered memory
+the stage's bf16 parameters with, over more than one microbatch, its fp32 unsharded gradients.
+The first stage holds min(PP, microbatches) microbatches' activations.
 
 Memory per core: parameters, gradients and optimizer state as the sharding leaves them (fsdp2:
 1/DP each, fp32, AdamW's two moments; zero1: bf16 parameters and gradients whole, fp32 master
 weights and moments 1/DP; ddp: all whole), the largest all-gathered layer (fsdp2: bf16, twice:
-prefetch), and activations: the bytes autograd saves for the backward in one step (unique storages;
+prefetch; under PP the stage, above), and activations: the bytes autograd saves for the backward in one step (unique storages;
 with checkpointing, a layer's input instead of its insides, plus one layer's recomputed set).
 """
 import contextlib
+import copy
 import dataclasses
 import math
 import sys
@@ -103,6 +112,7 @@ class _StepCosting(dry_run.CostingMode):
         self.group_size, self.spans_instances = group_size, spans_instances
         self.collective_ns = 0
         self.collectives = 0
+        self.fsdp_ns = self.fsdp_launches = 0  # FSDP2's copies (part of ns and launches)
         # sequence parallelism: (TP degree, the residual stream's [batch, sequence, hidden] shape)
         self.stream = stream
 
@@ -119,7 +129,11 @@ class _StepCosting(dry_run.CostingMode):
             self.collectives += 1
             return func(*args, **kwargs)
         if name.startswith("fsdp::"):  # FSDP2's copies: Python composites registered for the device
-            return self.in_parts(func._op_dk, torch._C.DispatchKey.PrivateUse1, *args, **kwargs)[0]
+            before, launched = self.ns, self.launches
+            result = self.in_parts(func._op_dk, torch._C.DispatchKey.PrivateUse1, *args, **kwargs)[0]
+            self.fsdp_ns += self.ns - before
+            self.fsdp_launches += self.launches - launched
+            return result
         if not name.startswith("aten::"):
             return func(*args, **kwargs)
         before = self.ns
@@ -227,7 +241,7 @@ def predict_train(config_or_dir, platform="trn2", logical_nc_config=None, dp=1, 
     (`sharding`: fsdp2, zero1 or ddp) of `pp` pipeline stages of `tp` tensor-parallel ranks each
     (`sequence_parallel` with TP): dp x pp x tp logical cores, on `instances` instances (default:
     as few as hold them). `local_batch` sequences per data-parallel rank per step, in
-    `microbatches` (PP; default: PP x 2, at most local_batch). `token_budget`: tokens to train on
+    `microbatches` (PP; default: the most, up to 2 x PP, that split local_batch evenly). `token_budget`: tokens to train on
     (hours and cost to reach it)."""
     from torch.distributed.device_mesh import init_device_mesh
     if platform not in dry_run.PLATFORMS:
@@ -236,12 +250,12 @@ def predict_train(config_or_dir, platform="trn2", logical_nc_config=None, dp=1, 
     lnc = most if logical_nc_config is None else logical_nc_config
     if lnc not in range(1, most + 1):
         raise ValueError(f"logical core configuration (LNC) {lnc} is not offered on {platform} (1 to {most})")
-    if microbatches is None:
-        microbatches = min(2 * pp, local_batch) if pp > 1 and isinstance(local_batch, int) else 1
     for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("seq_len", seq_len), ("local_batch", local_batch),
-                        ("microbatches", microbatches)):
+                        ("microbatches", 1 if microbatches is None else microbatches)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} {value!r}: give a whole number, 1 or more")
+    if microbatches is None:  # the most microbatches up to 2 x PP that split the local batch evenly
+        microbatches = max(m for m in range(1, 2 * pp + 1) if local_batch % m == 0) if pp > 1 else 1
     if sharding not in SHARDINGS:
         raise ValueError(f"sharding {sharding!r}: choose one of {', '.join(SHARDINGS)}")
     if sequence_parallel and tp == 1:
@@ -271,18 +285,18 @@ def predict_train(config_or_dir, platform="trn2", logical_nc_config=None, dp=1, 
     layers = config.num_hidden_layers
     if pp > layers:
         raise ValueError(f"pp {pp}: this model has {layers} decoder layers, fewer than the stages")
-    if pp > 1:  # one stage: ceil(layers / pp) decoder layers, with the embedding and the LM head
-        config.num_hidden_layers = -(-layers // pp)
-        if isinstance(getattr(config, "layer_types", None), list):
-            config.layer_types = config.layer_types[:config.num_hidden_layers]
     shape = Shape(dp=dp, tp=tp, pp=pp, microbatches=microbatches, sharding=sharding,
                   sequence_parallel=sequence_parallel, instances=instances, seq_len=seq_len, local_batch=local_batch,
                   layers=layers)
     with _fake_group(dp):
         mesh = init_device_mesh("neuron", (dp,)) if dp > 1 and sharding == "fsdp2" else None  # outside the fake mode
         try:
-            return _step(config_or_dir, config, platform, lnc, shape, activation_checkpointing, token_budget,
-                         price_per_instance_hour, mesh)
+            # each distinct stage is costed; the step is the slowest one's, the memory the fullest one's
+            stages = [_step(config_or_dir, config, platform, lnc, shape, activation_checkpointing, token_budget,
+                            price_per_instance_hour, mesh, stage) for stage in _distinct_stages(config, pp)]
+            slowest = max(stages, key=lambda p: p.step_ms)
+            fullest = max(stages, key=lambda p: p.memory_gib["total"])
+            return dataclasses.replace(slowest, memory_gib=fullest.memory_gib)
         except (ValueError, RuntimeError) as error:
             if isinstance(error, ValueError) or "training dry run" in str(error):
                 raise
@@ -294,6 +308,48 @@ def predict_train(config_or_dir, platform="trn2", logical_nc_config=None, dp=1, 
             "some kernels refuse." if dp == 1 and sharding == "fsdp2" else "")
     raise RuntimeError(f"the training dry run could not run a step of this {config.model_type} model "
                        f"({type(failure).__name__}: {detail}).{hint}") from failure
+
+
+def pipeline_stages(layers, pp):
+    """The decoder layers of each of `pp` stages: [range], as even as they split (the first stages
+    one more where they do not), as torchtitan splits a model by layers."""
+    size, more = divmod(layers, pp)
+    starts = [s * size + min(s, more) for s in range(pp + 1)]
+    return [range(starts[s], starts[s + 1]) for s in range(pp)]
+
+
+def _distinct_stages(config, pp):
+    """The stages whose costs may differ ([range of layer indices]; None: the whole model, no
+    pipeline): stages of the same layers (by their modules' kinds and parameters' shapes, and the
+    config's per-layer entries, e.g. layer_types) in any order are costed once."""
+    if pp == 1:
+        return [None]
+    model = _meta_model(config)
+    per_layer = {name: value for name, value in vars(config).items()
+                 if isinstance(value, list) and len(value) == config.num_hidden_layers}
+
+    def signature(index):
+        layer = model.model.layers[index]
+        return (tuple((name, type(module).__name__) for name, module in layer.named_modules()),
+                tuple((name, tuple(p.shape)) for name, p in layer.named_parameters()),
+                tuple((name, repr(value[index])) for name, value in sorted(per_layer.items())))
+    distinct = {}
+    for stage in pipeline_stages(config.num_hidden_layers, pp):
+        distinct.setdefault(tuple(sorted(signature(i) for i in stage)), stage)
+    return list(distinct.values())
+
+
+def _keep_layers(model, config, stage):
+    """`model` (built with all its decoder layers) cut to the decoder layers of `stage`, with the
+    embedding and the LM head (a pipeline stage costed as the costliest: Note [A training step,
+    dry]); the config's per-layer entries (layer_types) cut with them."""
+    full = config.num_hidden_layers
+    model.model.layers = torch.nn.ModuleList([model.model.layers[i] for i in stage])
+    for target in {id(model.config): model.config, id(model.model.config): model.model.config}.values():
+        for name, value in list(vars(target).items()):
+            if isinstance(value, list) and len(value) == full:
+                setattr(target, name, [value[i] for i in stage])
+        target.num_hidden_layers = len(stage)
 
 
 @dataclasses.dataclass
@@ -319,18 +375,27 @@ def _bucketed_ns(algorithm, nbytes, group, platform, lnc, spans_instances):
 
 
 def _step(config_or_dir, config, platform, lnc, shape, activation_checkpointing, token_budget,
-          price_per_instance_hour, mesh):
+          price_per_instance_hour, mesh, stage=None):
     from transformers import AutoModelForCausalLM
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     dp, tp, pp, sharding = shape.dp, shape.tp, shape.pp, shape.sharding
+    config = copy.deepcopy(config)  # the model holds it, and a stage cuts it
     micro = shape.local_batch // shape.microbatches  # sequences of one traced forward and backward
-    stream = (tp, (micro, shape.seq_len, config.hidden_size)) if shape.sequence_parallel else None
+    # sequence parallelism splits the residual stream, told apart by its shape; where a rank's MLP,
+    # experts or attention are as wide as the hidden size, their values have that shape too: no op
+    # is split then (as the inference dry run), only the collectives change
+    widths = {getattr(config, name, None) for name in ("intermediate_size",) + dry_run.EXPERT_WIDTHS}
+    widths |= {config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim}
+    stream = (tp, (micro, shape.seq_len, config.hidden_size)) \
+        if shape.sequence_parallel and config.hidden_size not in widths else None
     fsdp = sharding == "fsdp2" and dp > 1
     with FakeTensorMode(allow_non_fake_inputs=True):
         with torch.device("neuron"):  # ZeRO-1 and DDP compute in bf16, their fp32 master weights the optimizer's
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32 if sharding == "fsdp2"
                                                      else torch.bfloat16)
+        if stage is not None:
+            _keep_layers(model, config, stage)
         model.train()
         if activation_checkpointing:
             model.activation_checkpointing_enable({"use_reentrant": False})
@@ -338,11 +403,12 @@ def _step(config_or_dir, config, platform, lnc, shape, activation_checkpointing,
         if layers is None:
             raise ValueError(f"the training dry run shards decoder layers (model.model.layers); this "
                              f"{config.model_type} model has none")
-        if fsdp:
+        if fsdp:  # with PP (torchtitan): the stage stays gathered across the microbatches, each parameter
+            # all-gathered once a step and its gradient reduce-scattered once (the last microbatch's backward)
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             for layer in layers:
-                fully_shard(layer, mesh=mesh, mp_policy=policy)
-            fully_shard(model, mesh=mesh, mp_policy=policy)
+                fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=pp == 1)
+            fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=pp == 1)
         parameters = list(model.parameters())
         if sharding == "fsdp2":
             masters = None
@@ -389,6 +455,8 @@ def _step(config_or_dir, config, platform, lnc, shape, activation_checkpointing,
                 loss = model(input_ids=ids, labels=ids).loss
             loss.backward()
             microbatch_ns, microbatch_launches = mode.ns, mode.launches
+            # FSDP2's copies around its collectives: once a step under PP (the stage kept gathered)
+            once_ns, once_launches = (mode.fsdp_ns, mode.fsdp_launches) if pp > 1 else (0, 0)
             optimizer_step()
         local = sum(_local(p).numel() for p in parameters)  # this rank's (FSDP2: 1/dp)
         whole = sum(p.numel() for p in parameters)  # DTensors: whole
@@ -407,7 +475,7 @@ def _step(config_or_dir, config, platform, lnc, shape, activation_checkpointing,
         one = (dry_run.collective_ns("reduce_scatter", activation, tp, platform, lnc) +
                dry_run.collective_ns("allgather", activation, tp, platform, lnc)) if shape.sequence_parallel \
             else dry_run.collective_ns("allreduce", activation, tp, platform, lnc)
-        tp_ns = per_layer_reduces * config.num_hidden_layers * one
+        tp_ns = per_layer_reduces * len(layers) * one
     # PP: a microbatch's activation sent to the next stage in the forward, its gradient back
     p2p_ns = 0
     if pp > 1:
@@ -424,7 +492,7 @@ def _step(config_or_dir, config, platform, lnc, shape, activation_checkpointing,
             dp_ns += _bucketed_ns("allreduce", whole * itemsize, dp, platform, lnc, spans)
     slots = shape.microbatches + pp - 1 if pp > 1 else 1  # 1F1B: the pipeline fills and drains
     optimizer_ns = mode.ns - microbatch_ns
-    compute_ns = slots * microbatch_ns + optimizer_ns
+    compute_ns = slots * (microbatch_ns - once_ns) + once_ns + optimizer_ns
     collectives_ns = slots * (tp_ns + p2p_ns) + dp_ns
     step_ns = compute_ns + collectives_ns
     tokens = dp * shape.local_batch * shape.seq_len
@@ -435,8 +503,11 @@ def _step(config_or_dir, config, platform, lnc, shape, activation_checkpointing,
     peak_flops, _ = dry_run._C._peak_rates(platform, lnc)
     gib = 1 / 2 ** 30
     if sharding == "fsdp2":
+        # gathered: two layers (one prefetched) and the root in bf16; under PP the whole stage, and
+        # its gradients unsharded in fp32 while they accumulate over the microbatches
+        gathered = 2 * largest_layer + root if pp == 1 else whole + (whole * 2 if shape.microbatches > 1 else 0)
         memory = {"parameters": local * 4 * gib, "gradients": local * 4 * gib, "optimizer": local * 8 * gib,
-                  "gathered": ((2 * largest_layer + root) * itemsize * gib) if dp > 1 else 0.0}
+                  "gathered": gathered * itemsize * gib if dp > 1 else 0.0}
     else:
         shard = -(-whole // dp) if sharding == "zero1" else whole
         memory = {"parameters": (whole * itemsize + shard * 4) * gib, "gradients": whole * itemsize * gib,
@@ -451,7 +522,8 @@ def _step(config_or_dir, config, platform, lnc, shape, activation_checkpointing,
         platform=platform, logical_nc_config=lnc, instances=shape.instances, dp=dp, tp=tp,
         activation_checkpointing=activation_checkpointing, seq_len=shape.seq_len, local_batch=shape.local_batch,
         step_ms=step_ns / 1e6, compute_ms=compute_ns / 1e6, collectives_ms=collectives_ns / 1e6,
-        launches=slots * microbatch_launches + mode.launches - microbatch_launches, tokens_per_step=tokens, tokens_per_s=tokens_per_s,
+        launches=slots * (microbatch_launches - once_launches) + once_launches + mode.launches - microbatch_launches,
+        tokens_per_step=tokens, tokens_per_s=tokens_per_s,
         mfu=flops / (step_ns * 1e-9) / (peak_flops * dp * tp * pp),
         memory_gib=memory, token_budget=token_budget, hours_to_budget=hours,
         cost_to_budget=hours * shape.instances * price_per_instance_hour if hours and price_per_instance_hour else None,
