@@ -88,7 +88,7 @@ $(EXTENSION): $(SOURCES) $(VENV)/.requirements.stamp
 	@mkdir -p build
 	@echo "building the C++ extension torch_neuron_sim._C: $(words $(filter %.cpp,$(SOURCES))) files, about 11 minutes on 2 cores the first time, much less once ccache holds them"
 	@set -o pipefail; \
-	if grep -qs torch_dynamo_backends $(VENV)/lib/python3*/site-packages/torch_neuron_sim-*.dist-info/entry_points.txt; then \
+	if grep -qs vllm.platform_plugins $(VENV)/lib/python3*/site-packages/torch_neuron_sim-*.dist-info/entry_points.txt; then \
 	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) setup.py build_ext 2>&1 | $(SHOW_PROGRESS) || $(BUILD_FAILED); \
 	  for so in build/lib.*/torch_neuron_sim/_C.*.so; do \
 	    cp "$$so" "python/torch_neuron_sim/.$$(basename $$so).new" && \

@@ -1,0 +1,18 @@
+"""vLLM's model runner on a `neuron` core: GPUModelRunner's batching, with the device's own
+streams left out (the device queues each op asynchronously; a host read is the sync point)."""
+import torch
+from vllm.v1.worker.cpu_model_runner import CPUModelRunner, _torch_cuda_wrapper
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+
+class NeuronModelRunner(CPUModelRunner):
+    def __init__(self, vllm_config, device: torch.device):
+        if device.type != "neuron":
+            raise ValueError(f"NeuronModelRunner runs on a neuron device, not {device}")
+        with _torch_cuda_wrapper():  # GPUModelRunner makes CUDA streams and events for its copies
+            GPUModelRunner.__init__(self, vllm_config, device)
+        self.use_cuda_graph = False
+        # unlike CPUModelRunner, the persistent input buffers stay on the device (no _postprocess_tensors)
+
+    def _sync_device(self) -> None:
+        torch.neuron.synchronize(self.device)
