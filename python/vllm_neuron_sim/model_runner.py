@@ -16,3 +16,9 @@ class NeuronModelRunner(CPUModelRunner):
 
     def _sync_device(self) -> None:
         torch.neuron.synchronize(self.device)
+
+    def execute_model(self, *args, **kwargs):
+        # a core is current per thread (as a CUDA device is): vLLM may step on another thread than the
+        # one that made the worker, and tensors vLLM makes without an index must land on this core
+        torch.neuron.set_device(self.device)
+        return super().execute_model(*args, **kwargs)

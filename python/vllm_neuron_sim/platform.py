@@ -18,7 +18,9 @@ class NeuronPlatform(Platform):
     dispatch_key: str = "PrivateUse1"
     dist_backend: str = "neuron"  # the device's own c10d backend (torch_neuronx registers it)
     device_control_env_var: str = "NEURON_RT_VISIBLE_CORES"
-    simple_compile_backend: str = "neuron"
+    # vLLM compiles small helpers (masked embedding lookups, samplers) with dynamic=True; the neuron
+    # backend compiles static shapes only, so they run as Dynamo traces of eager ops
+    simple_compile_backend: str = "eager"
     ray_device_key: str = ""
 
     @property

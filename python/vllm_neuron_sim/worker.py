@@ -1,5 +1,6 @@
 """vLLM's worker on a `neuron` core: the model, its paged KV cache and its inputs on neuron:N."""
 import contextlib
+import os
 
 import torch
 from vllm.logger import init_logger
@@ -36,8 +37,11 @@ class NeuronWorker(CPUWorker):
         torch.neuron.set_device(self.device)
         from vllm.platforms import current_platform
         current_platform.check_if_supports_dtype(self.model_config.dtype)
+        # the neuron c10d backend takes a process's core from LOCAL_RANK (as torchrun sets it)
+        os.environ["LOCAL_RANK"] = str(self.local_rank)
         init_worker_distributed_environment(self.vllm_config, self.rank, self.distributed_init_method,
                                             self.local_rank, current_platform.dist_backend)
+        torch.neuron.set_device(self.device)
         set_random_seed(self.model_config.seed)
         from .model_runner import NeuronModelRunner
         self.model_runner = NeuronModelRunner(self.vllm_config, self.device)
