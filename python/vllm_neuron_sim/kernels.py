@@ -35,3 +35,44 @@ def register():
         "vllm.v1.sample.rejection_sampler.expand_kernel": speculative,
         "vllm.v1.sample.rejection_sampler.sample_recovered_tokens_kernel": speculative,
     })
+
+
+def _topk_routing(scores, topk_weights, topk_ids, token_expert_indices, renormalize, bias):
+    chosen = scores if bias is None else scores + bias.to(scores.dtype)
+    ids = torch.topk(chosen, topk_ids.shape[-1], dim=-1).indices
+    weights = scores.gather(-1, ids)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    topk_weights.copy_(weights)
+    topk_ids.copy_(ids)
+    tokens, k = ids.shape
+    token_expert_indices.copy_(torch.arange(k * tokens, device=ids.device).view(k, tokens).t())
+
+
+def topk_softmax(topk_weights, topk_ids, token_expert_indices, gating_output, renormalize,
+                 e_score_correction_bias=None, is_padding=None):
+    """A router's top-k of softmax(gating_output) ([tokens, k] weights and expert ids, the weights
+    renormalized to sum to 1 if asked; a correction bias changes the choice, not the weights)."""
+    _topk_routing(torch.softmax(gating_output.float(), dim=-1), topk_weights, topk_ids, token_expert_indices,
+                  renormalize, e_score_correction_bias)
+
+
+def topk_sigmoid(topk_weights, topk_ids, token_expert_indices, gating_output, renormalize,
+                 e_score_correction_bias=None, is_padding=None):
+    _topk_routing(torch.sigmoid(gating_output.float()), topk_weights, topk_ids, token_expert_indices, renormalize,
+                  e_score_correction_bias)
+
+
+ROUTING_SCHEMA = ("(Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor(c!) token_expert_indices, "
+                  "Tensor gating_output, bool renormalize, Tensor? e_score_correction_bias=None, "
+                  "Tensor? is_padding=None) -> ()")
+
+
+def define_ops():
+    """vLLM's MoE routing ops (vllm._custom_ops.topk_softmax, topk_sigmoid) for the device: vLLM's
+    CPU build defines no `_moe_C` library (its CPU experts route inside their kernel), so the ops
+    are defined here (torch.library, the schema vLLM's CUDA build declares) with device kernels."""
+    for name, kernel in (("topk_softmax", topk_softmax), ("topk_sigmoid", topk_sigmoid)):
+        if not hasattr(torch.ops._moe_C, name):
+            torch.library.define(f"_moe_C::{name}", ROUTING_SCHEMA)
+            torch.library.impl(f"_moe_C::{name}", "PrivateUse1")(kernel)

@@ -28,6 +28,11 @@ class NeuronPlatform(Platform):
         return [torch.bfloat16, torch.float16, torch.float32]
 
     @classmethod
+    def import_kernels(cls) -> None:
+        from . import kernels
+        kernels.define_ops()
+
+    @classmethod
     def register_triton_kernel_overrides(cls) -> None:
         from vllm.triton_utils import HAS_TRITON
         if not HAS_TRITON:  # the device runs no Triton: vLLM's kernels around the model as device ops

@@ -43,6 +43,7 @@ class NeuronWorker(CPUWorker):
                                             self.local_rank, current_platform.dist_backend)
         torch.neuron.set_device(self.device)
         set_random_seed(self.model_config.seed)
+        from . import moe  # noqa: F401  (registers the MoE layers' device implementation, before the model is built)
         from .model_runner import NeuronModelRunner
         self.model_runner = NeuronModelRunner(self.vllm_config, self.device)
 
