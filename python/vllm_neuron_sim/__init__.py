@@ -23,4 +23,4 @@ def register():
         return None
     if not hasattr(torch, "neuron") or not torch.neuron.is_available():
         return None
-    return "vllm_neuron_sim.platform.NeuronPlatform"
+    return "vllm_neuron_sim.neuron_platform.NeuronPlatform"
