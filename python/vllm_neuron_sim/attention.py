@@ -138,11 +138,14 @@ class NeuronAttentionImpl(AttentionImpl):
         reqs, longest = m.num_reqs, m.max_query_len
         gathered = cache[m.block_table]  # [reqs, blocks, block_size, kv_heads, 2d]
         gathered = gathered.reshape(reqs, -1, self.num_kv_heads, 2 * d).transpose(1, 2)
-        k, v = gathered[..., :d], gathered[..., d:]
+        positions = torch.arange(gathered.shape[2], device=query.device).view(1, 1, -1)
+        # positions past a request's length hold whatever an earlier request left in a reused block:
+        # zeroed, for a masked NaN or inf would still reach the product (0 x inf = NaN)
+        gathered = gathered.masked_fill((positions >= m.seq_lens).unsqueeze(-1), 0)
+        k, v = gathered[..., :d].to(query.dtype), gathered[..., d:].to(query.dtype)  # a cache of another dtype
         q = query.new_zeros(reqs * longest, self.num_heads, d)
         q.index_copy_(0, m.packed_to_padded, query[:tokens])
         q = q.view(reqs, longest, self.num_heads, d).transpose(1, 2)
-        positions = torch.arange(k.shape[2], device=q.device).view(1, 1, -1)
         last = m.context_lens + torch.arange(longest, device=q.device).view(1, -1, 1)  # each query's own position
         keep = positions <= last
         if self.sliding_window is not None:

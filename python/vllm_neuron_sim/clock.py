@@ -17,17 +17,22 @@ by VLLM_NEURON_CLOCK_REPORT, again after each step (requests still running: thei
 far), and logs them
 every VLLM_NEURON_CLOCK_LOG_STEPS steps (default 0: never).
 """
+import bisect
 import json
 import os
 import tempfile
+import warnings
 
 import torch
 
 
-def _percentiles(values):
+RECENT = 256  # finished requests listed in the report (its summary counts them all)
+
+
+def _percentiles(values):  # of sorted values
     if not values:
         return {"p50": None, "p95": None}
-    ordered = sorted(values)
+    ordered = values
 
     def at(q):  # nearest rank
         return ordered[min(len(ordered) - 1, max(0, int(-(-q * len(ordered) // 1)) - 1))]
@@ -45,8 +50,15 @@ class ServingClock:
         self.steps = 0
         self.tokens = 0
         self.running = {}  # request id -> {start, first, last, tokens, prompt}
-        self.done = []
+        self.done = []  # the latest RECENT finished requests' figures (the report lists them)
+        self.finished = 0
+        self.sorted = {"ttft_ms": [], "tpot_ms": [], "latency_ms": []}  # every finished request's, sorted
         self._began = None
+        if self.path and rank == 0:
+            folder = os.path.dirname(os.path.abspath(self.path))
+            if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+                raise ValueError(f"VLLM_NEURON_CLOCK_REPORT={self.path}: its folder {folder} is not a writable "
+                                 "folder; give a file path in one")
 
     def begin(self, scheduler_output):
         for request in scheduler_output.finished_req_ids:
@@ -89,7 +101,12 @@ class ServingClock:
         record = self.running.pop(request, None)
         if record is None or record["first"] is None:
             return
-        self.done.append(self._figures(request, record))
+        figures = self._figures(request, record)
+        self.finished += 1
+        self.done = (self.done + [figures])[-RECENT:]
+        for name, values in self.sorted.items():
+            if figures[name] is not None:
+                bisect.insort(values, figures[name])
 
     @staticmethod
     def _figures(request, record):
@@ -98,22 +115,33 @@ class ServingClock:
                 "tpot_ms": (record["last"] - record["first"]) / (record["tokens"] - 1) if record["tokens"] > 1 else None,
                 "latency_ms": record["last"] - record["start"]}
 
+    def in_flight(self):
+        """The figures of the requests with tokens so far (the engine says a request finished at
+        its next step, which the last requests of a load never see)."""
+        return [self._figures(r, record) for r, record in self.running.items() if record["first"] is not None]
+
     def requests(self):
-        """The figures of the finished requests and of those with tokens so far (the engine says a
-        request finished at its next step, which the last requests of a load never see)."""
-        return self.done + [self._figures(r, record) for r, record in self.running.items() if record["first"] is not None]
+        """The latest finished requests' figures (at most RECENT) and those in flight."""
+        return self.done + self.in_flight()
+
+    def _percentiles(self, name, in_flight):
+        values = list(self.sorted[name])
+        for figures in in_flight:
+            if figures[name] is not None:
+                bisect.insort(values, figures[name])
+        return _percentiles(values)
 
     def summary(self):
-        requests = self.requests()
+        in_flight = self.in_flight()
         props = torch.neuron.get_device_properties(self.device)
         device = f"{getattr(props, 'platform', 'neuron')} LNC {getattr(props, 'logical_nc_config', '?')}"
         return {"predicted": True, "device": device, "steps": self.steps,
                 "timeline_ms": self.now, "output_tokens": self.tokens,
                 "tokens_per_s": self.tokens / self.now * 1000 if self.now > 0 else None,
-                "requests": len(requests),
-                "ttft_ms": _percentiles([r["ttft_ms"] for r in requests]),
-                "tpot_ms": _percentiles([r["tpot_ms"] for r in requests if r["tpot_ms"] is not None]),
-                "latency_ms": _percentiles([r["latency_ms"] for r in requests])}
+                "requests": self.finished + len(in_flight),
+                "ttft_ms": self._percentiles("ttft_ms", in_flight),
+                "tpot_ms": self._percentiles("tpot_ms", in_flight),
+                "latency_ms": self._percentiles("latency_ms", in_flight)}
 
     def write(self):
         if not self.path or self.rank != 0:
@@ -122,7 +150,16 @@ class ServingClock:
                   "source": "the device clock of torch-neuron-sim, each vLLM engine step's device work "
                             "(vllm_neuron_sim/clock.py, Note [A served load on the device clock])"}
         folder = os.path.dirname(os.path.abspath(self.path))
-        handle = tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp")
-        with handle:
-            json.dump(report, handle, indent=1)
-        os.replace(handle.name, self.path)  # readers never see half a file
+        name = None
+        try:
+            with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as handle:
+                name = handle.name
+                json.dump(report, handle, indent=1)
+            os.replace(name, self.path)  # readers never see half a file
+        except OSError as error:  # the report is not worth the service: warn once, serve on
+            if name is not None and os.path.exists(name):
+                os.unlink(name)
+            if not getattr(self, "_warned", False):
+                self._warned = True
+                warnings.warn(f"VLLM_NEURON_CLOCK_REPORT={self.path}: cannot write the device clock's report "
+                              f"({error}); serving goes on without it")

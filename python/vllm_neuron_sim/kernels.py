@@ -37,12 +37,14 @@ def register():
     })
 
 
-def _topk_routing(scores, topk_weights, topk_ids, token_expert_indices, renormalize, bias):
+def _topk_routing(scores, topk_weights, topk_ids, token_expert_indices, renormalize, bias, scale=1.0):
     chosen = scores if bias is None else scores + bias.to(scores.dtype)
     ids = torch.topk(chosen, topk_ids.shape[-1], dim=-1).indices
     weights = scores.gather(-1, ids)
     if renormalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
+    if scale != 1.0:
+        weights = weights * scale
     topk_weights.copy_(weights)
     topk_ids.copy_(ids)
     tokens, k = ids.shape
@@ -58,14 +60,16 @@ def topk_softmax(topk_weights, topk_ids, token_expert_indices, gating_output, re
 
 
 def topk_sigmoid(topk_weights, topk_ids, token_expert_indices, gating_output, renormalize,
-                 e_score_correction_bias=None, is_padding=None):
+                 e_score_correction_bias=None, routed_scaling_factor=1.0, is_padding=None):
+    """As topk_softmax, over sigmoid(gating_output), the weights then scaled by routed_scaling_factor."""
     _topk_routing(torch.sigmoid(gating_output.float()), topk_weights, topk_ids, token_expert_indices, renormalize,
-                  e_score_correction_bias)
+                  e_score_correction_bias, routed_scaling_factor)
 
 
-ROUTING_SCHEMA = ("(Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor(c!) token_expert_indices, "
-                  "Tensor gating_output, bool renormalize, Tensor? e_score_correction_bias=None, "
-                  "Tensor? is_padding=None) -> ()")
+_ROUTING = ("(Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor(c!) token_expert_indices, "
+            "Tensor gating_output, bool renormalize, Tensor? e_score_correction_bias=None, ")
+SCHEMAS = {"topk_softmax": _ROUTING + "Tensor? is_padding=None) -> ()",  # vllm._custom_ops' argument lists
+           "topk_sigmoid": _ROUTING + "float routed_scaling_factor=1.0, Tensor? is_padding=None) -> ()"}
 
 
 def define_ops():
@@ -74,5 +78,5 @@ def define_ops():
     are defined here (torch.library, the schema vLLM's CUDA build declares) with device kernels."""
     for name, kernel in (("topk_softmax", topk_softmax), ("topk_sigmoid", topk_sigmoid)):
         if not hasattr(torch.ops._moe_C, name):
-            torch.library.define(f"_moe_C::{name}", ROUTING_SCHEMA)
+            torch.library.define(f"_moe_C::{name}", SCHEMAS[name])
             torch.library.impl(f"_moe_C::{name}", "PrivateUse1")(kernel)

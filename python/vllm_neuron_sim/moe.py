@@ -1,6 +1,6 @@
 """Mixture-of-experts layers on the `neuron` device: vLLM leaves an out-of-tree platform's MoE
-to the platform (UnquantizedMoeBackend.OOT); this one computes each token's top-k experts in
-device ops, reading only the experts the token was routed to (as a MoE kernel does)."""
+to the platform (UnquantizedMoeBackend.OOT); this one computes each expert over the tokens routed to it,
+in device ops: an expert's weights are read once a step, and only experts some token chose."""
 import torch
 import torch.nn.functional as F
 from vllm.model_executor.custom_op import CustomOp
@@ -27,11 +27,25 @@ class NeuronUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
             raise NotImplementedError(f"MoE activation {layer.activation.value} is not supported on the neuron "
                                       "platform yet (silu only)")
         w13, w2 = layer.w13_weight, layer.w2_weight  # [experts, 2 x intermediate, hidden], [experts, hidden, intermediate]
-        weights = topk_weights.to(x.dtype).unsqueeze(-1)  # [tokens, k, 1]
-        inputs = x.unsqueeze(1) * weights if layer.apply_router_weight_on_input else x.unsqueeze(1)
-        h = torch.matmul(w13[topk_ids], inputs.unsqueeze(-1)).squeeze(-1)  # [tokens, k, 2 x intermediate]
-        gate, up = h.chunk(2, dim=-1)
-        out = torch.matmul(w2[topk_ids], (F.silu(gate) * up).unsqueeze(-1)).squeeze(-1)  # [tokens, k, hidden]
-        if not layer.apply_router_weight_on_input:
-            out = out * weights
-        return out.sum(dim=1)
+        tokens, k = topk_ids.shape
+        pairs = topk_ids.reshape(-1).to(torch.int64)
+        order = torch.argsort(pairs, stable=True)  # the (token, choice) pairs grouped by expert
+        counts = torch.bincount(pairs, minlength=w13.shape[0]).tolist()  # one host read a layer
+        rows = order // k  # each pair's token
+        weights = topk_weights.reshape(-1)[order].to(x.dtype).unsqueeze(-1)
+        inputs = x[rows]
+        if layer.apply_router_weight_on_input:
+            inputs = inputs * weights
+        out = torch.zeros_like(x)
+        start = 0
+        for expert, count in enumerate(counts):  # each expert's weights read once, for its tokens
+            if count == 0:
+                continue
+            h = inputs[start:start + count] @ w13[expert].t()
+            gate, up = h.chunk(2, dim=-1)
+            y = (F.silu(gate) * up) @ w2[expert].t()
+            if not layer.apply_router_weight_on_input:
+                y = y * weights[start:start + count]
+            out.index_add_(0, rows[start:start + count], y)
+            start += count
+        return out

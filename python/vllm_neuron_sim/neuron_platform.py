@@ -9,6 +9,7 @@ logger = init_logger(__name__)
 
 ATTENTION_BACKEND = "vllm_neuron_sim.attention.NeuronAttentionBackend"
 WORKER = "vllm_neuron_sim.worker.NeuronWorker"
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "float32")
 
 
 class NeuronPlatform(Platform):
@@ -34,10 +35,10 @@ class NeuronPlatform(Platform):
 
     @classmethod
     def register_triton_kernel_overrides(cls) -> None:
-        from vllm.triton_utils import HAS_TRITON
-        if not HAS_TRITON:  # the device runs no Triton: vLLM's kernels around the model as device ops
-            from . import kernels
-            kernels.register()
+        # the device runs no Triton (whatever Triton the host has): vLLM's kernels around the model
+        # as device ops, always
+        from . import kernels
+        kernels.register()
 
     @classmethod
     def check_if_supports_dtype(cls, dtype: torch.dtype) -> None:
@@ -79,6 +80,14 @@ class NeuronPlatform(Platform):
         if getattr(attn_selector_config, "use_mla", False) or getattr(attn_selector_config, "use_sparse", False):
             raise NotImplementedError("the neuron platform runs multi-head (and grouped-query) attention; MLA and "
                                       "sparse attention models are not supported on it yet")
+        kv_cache_dtype = getattr(attn_selector_config, "kv_cache_dtype", None) or "auto"
+        if kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r}: the neuron platform keeps the KV cache in "
+                             f"{', '.join(KV_CACHE_DTYPES)}; quantized caches are not supported yet")
+        if getattr(attn_selector_config, "use_mm_prefix", False) or getattr(attn_selector_config, "use_non_causal",
+                                                                             False):
+            raise NotImplementedError("the neuron platform's attention is causal only (no bidirectional "
+                                      "multimodal prefixes, no non-causal attention) yet")
         if selected_backend is not None and getattr(selected_backend, "name", None) not in (None, "CUSTOM"):
             logger.info("the neuron platform has one attention backend (%s); ignoring %s",
                         ATTENTION_BACKEND, selected_backend)
@@ -106,18 +115,28 @@ class NeuronPlatform(Platform):
         if parallel.pipeline_parallel_size > 1:
             raise ValueError("the neuron platform does not run pipeline parallelism (nor does vLLM Neuron: PP is "
                              "not supported there); use --tensor-parallel-size")
+        if parallel.data_parallel_size > 1:
+            raise ValueError("the neuron platform does not run data parallelism in one server; run one server per "
+                             "replica (as vLLM Neuron advises: DP 'does not scale as expected')")
+        if vllm_config.speculative_config is not None:
+            raise ValueError("speculative decoding is not supported on the neuron platform yet; serve without "
+                             "--speculative-config")
         if getattr(parallel, "enable_dbo", False):
             parallel.enable_dbo = False
         scheduler = vllm_config.scheduler_config
         scheduler.async_scheduling = False  # one step at a time: the device queue is the overlap
         compilation = vllm_config.compilation_config
         # CUDA graphs are CUDA's; vLLM's own compilation passes are Inductor's. The model runs
-        # eager on the device (each op queued asynchronously) or, with VLLM_NEURON_COMPILE=1,
-        # compiled by torch.compile(backend="neuron") per shape bucket (model_runner.py).
+        # eager on the device (each op queued asynchronously); compiled steps per shape bucket are
+        # not done yet (docs/vllm.md).
         compilation.cudagraph_capture_sizes = []
         compilation.cudagraph_mode = CUDAGraphMode.NONE
         compilation.mode = CompilationMode.NONE
         cache = vllm_config.cache_config
+        if cache is not None and cache.cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype {cache.cache_dtype!r}: the neuron platform keeps the KV cache in "
+                             "float16, bfloat16 or float32 ('auto': the model's dtype); quantized caches are not "
+                             "supported yet")
         if cache is not None and not cache.user_specified_block_size:
             cache.block_size = 32
         if vllm_config.lora_config is not None:

@@ -51,8 +51,9 @@ class NeuronWorker(CPUWorker):
         """Bytes for the KV cache: the core's HBM x gpu_memory_utilization, less what the weights
         and a profiling step's peak hold (or kv_cache_memory_bytes when given)."""
         torch.neuron.reset_peak_memory_stats(self.device)
-        if self._should_warm_up_model():
-            self.model_runner.warming_up_model()
+        # a step at the largest batch (max_num_batched_tokens) first, as vLLM's GPU worker profiles:
+        # its activations' peak is memory the KV cache must leave free
+        self.model_runner.profile_run()
         torch.neuron.synchronize(self.device)
         total = torch.neuron.get_device_properties(self.device).total_memory
         budget = int(total * self.cache_config.gpu_memory_utilization)

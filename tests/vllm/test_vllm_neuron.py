@@ -210,3 +210,14 @@ def test_server_keeps_serving_after_bad_requests(server):
         client.completions.create(model="demo", prompt="word " * 400, max_tokens=4)
     answer = client.completions.create(model="demo", prompt=PROMPTS[0], max_tokens=3, temperature=0)
     assert answer.choices[0].text
+
+
+REGRESSIONS = sorted(f for f in os.listdir(os.path.join(HERE, "regressions")) if f.endswith(".py"))
+
+
+@pytest.mark.parametrize("script", REGRESSIONS)
+def test_review_regression(script):
+    """The review's repros (tests/vllm/regressions/): each exits 0 once its bug is fixed."""
+    done = subprocess.run([sys.executable, os.path.join(HERE, "regressions", script)], env=ENV, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
