@@ -193,9 +193,9 @@ vllm-venv: venv
 	: > "$$site/vllm-$$version.dist-info/RECORD"
 
 # vLLM's offline engine and OpenAI-compatible server on the neuron device against vLLM's own CPU run
-# (tests/vllm). CI runs it.
+# (tests/vllm_serving). CI runs it.
 test-vllm: build vllm-venv
-	$(VLLM_VENV)/bin/python -m pytest -q -rs $(DURATIONS) tests/vllm
+	$(VLLM_VENV)/bin/python -m pytest -q -rs $(DURATIONS) tests/vllm_serving
 
 # The suites whose bfloat16 results go through the CPU's matmul kernels, again as on other CPUs
 # (README "Supported CPUs"): oneDNN limited to AVX2 (no AVX-512: the small-matmul kernel does not

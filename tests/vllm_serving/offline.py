@@ -1,4 +1,4 @@
-"""Greedy offline generation with vLLM's LLM (a child process of tests/vllm): argv[1] a model
+"""Greedy offline generation with vLLM's LLM (a child process of tests/vllm_serving): argv[1] a model
 folder, argv[2] the JSON file to write ([token ids] per prompt), argv[3] LLM keyword arguments as
 JSON. The platform is vLLM's choice: the neuron plugin, or VLLM_TARGET_DEVICE=cpu for vLLM CPU.
 Twelve prompts of different lengths, several sharing a prefix (prefix caching hits), each with its

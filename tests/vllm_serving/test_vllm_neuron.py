@@ -2,7 +2,7 @@
 and prompts: greedy tokens equal, token for token (float32), for several architectures, with
 requests joining and leaving the batch mid-flight, prefix caching on and off, tensor parallelism 2,
 and the OpenAI-compatible server under concurrent and streaming requests. Each engine runs in a
-child process (tests/vllm/offline.py, `vllm serve`). Run by `make test-vllm` in build/vllm-venv."""
+child process (tests/vllm_serving/offline.py, `vllm serve`). Run by `make test-vllm` in build/vllm-venv."""
 import concurrent.futures
 import json
 import os
@@ -217,7 +217,7 @@ REGRESSIONS = sorted(f for f in os.listdir(os.path.join(HERE, "regressions")) if
 
 @pytest.mark.parametrize("script", REGRESSIONS)
 def test_review_regression(script):
-    """The review's repros (tests/vllm/regressions/): each exits 0 once its bug is fixed."""
+    """The review's repros (tests/vllm_serving/regressions/): each exits 0 once its bug is fixed."""
     done = subprocess.run([sys.executable, os.path.join(HERE, "regressions", script)], env=ENV, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
