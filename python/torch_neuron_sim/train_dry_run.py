@@ -325,8 +325,7 @@ def _distinct_stages(config, pp):
     if pp == 1:
         return [None]
     model = _meta_model(config)
-    per_layer = {name: value for name, value in vars(config).items()
-                 if isinstance(value, list) and len(value) == config.num_hidden_layers}
+    per_layer = _per_layer_entries(config, config.num_hidden_layers)
 
     def signature(index):
         layer = model.model.layers[index]
@@ -339,6 +338,11 @@ def _distinct_stages(config, pp):
     return list(distinct.values())
 
 
+def _per_layer_entries(config, layers):
+    """{name: list} of the config's entries with one value per decoder layer (layer_types, ...)."""
+    return {name: value for name, value in vars(config).items() if isinstance(value, list) and len(value) == layers}
+
+
 def _keep_layers(model, config, stage):
     """`model` (built with all its decoder layers) cut to the decoder layers of `stage`, with the
     embedding and the LM head (a pipeline stage costed as the costliest: Note [A training step,
@@ -346,9 +350,8 @@ def _keep_layers(model, config, stage):
     full = config.num_hidden_layers
     model.model.layers = torch.nn.ModuleList([model.model.layers[i] for i in stage])
     for target in {id(model.config): model.config, id(model.model.config): model.model.config}.values():
-        for name, value in list(vars(target).items()):
-            if isinstance(value, list) and len(value) == full:
-                setattr(target, name, [value[i] for i in stage])
+        for name, value in _per_layer_entries(target, full).items():
+            setattr(target, name, [value[i] for i in stage])
         target.num_hidden_layers = len(stage)
 
 

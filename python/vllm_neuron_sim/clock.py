@@ -120,9 +120,6 @@ class ServingClock:
         its next step, which the last requests of a load never see)."""
         return [self._figures(r, record) for r, record in self.running.items() if record["first"] is not None]
 
-    def requests(self):
-        """The latest finished requests' figures (at most RECENT) and those in flight."""
-        return self.done + self.in_flight()
 
     def _percentiles(self, name, in_flight):
         values = list(self.sorted[name])
@@ -131,8 +128,8 @@ class ServingClock:
                 bisect.insort(values, figures[name])
         return _percentiles(values)
 
-    def summary(self):
-        in_flight = self.in_flight()
+    def summary(self, in_flight=None):
+        in_flight = self.in_flight() if in_flight is None else in_flight
         props = torch.neuron.get_device_properties(self.device)
         device = f"{getattr(props, 'platform', 'neuron')} LNC {getattr(props, 'logical_nc_config', '?')}"
         return {"predicted": True, "device": device, "steps": self.steps,
@@ -146,7 +143,9 @@ class ServingClock:
     def write(self):
         if not self.path or self.rank != 0:
             return
-        report = {"summary": self.summary(), "requests": self.requests(),
+        in_flight = self.in_flight()
+        # the latest finished requests' figures (at most RECENT) and those in flight
+        report = {"summary": self.summary(in_flight), "requests": self.done + in_flight,
                   "source": "the device clock of torch-neuron-sim, each vLLM engine step's device work "
                             "(vllm_neuron_sim/clock.py, Note [A served load on the device clock])"}
         folder = os.path.dirname(os.path.abspath(self.path))
