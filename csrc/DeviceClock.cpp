@@ -456,7 +456,15 @@ void add_cost(neuron_rt::WorkCost& sum, const neuron_rt::WorkCost& cost) {
   sum.hbm_bytes += cost.hbm_bytes;
 }
 
+thread_local int program_steps_depth = 0;  // Note [Program steps run through the dispatcher]
+
 }  // namespace
+
+int enter_program_steps() { return program_steps_depth++; }
+void leave_program_steps() {
+  TORCH_CHECK(program_steps_depth > 0, "leave_program_steps() without enter_program_steps() on this thread");
+  --program_steps_depth;
+}
 
 LaunchCost cost_of(const Launch& launch) {
   LaunchCost result;
@@ -470,7 +478,9 @@ LaunchCost cost_of(const Launch& launch) {
     return result;
   }
   result.part_count = describe(launch, result.parts);
+  const bool in_program = program_steps_depth > 0;
   for (int i = 0; i < result.part_count; ++i) {
+    if (in_program) result.parts[i].eager_launch = false;
     add_cost(result.cost, model.cost(result.parts[i]));
   }
   return result;

@@ -48,6 +48,15 @@ uint64_t device_time_ns(int64_t device);
 // for MFU and MBU (torch_neuronx.device_counters()). Devices past the 1024th count nothing.
 std::pair<uint64_t, uint64_t> device_work(int64_t device);
 
+// Note [Program steps run through the dispatcher]
+// A compiled graph cut at an op no program step runs (an opaque custom op, Note [Graphs cut at
+// opaque ops] in python/torch_neuron_sim/compile/segments.py) runs that op through the dispatcher
+// between its programs; on the device the graph is one program that holds the op. While a thread
+// is inside such an op (program_steps depth > 0), its eager launches are costed as the steps of a
+// program: their work, without an eager launch's fixed cost. Returns the depth before the change.
+int enter_program_steps();
+void leave_program_steps();
+
 // What the clock makes of one launch: its parts (one for most ops; an attention is two
 // matmuls and a softmax) and their cost. For tests and the profiler's device track (DeviceTrack.h).
 constexpr int kMaxLaunchParts = 3;

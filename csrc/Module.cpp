@@ -180,6 +180,8 @@ PYBIND11_MODULE(_C, m) {
   // Note [Device clock] (DeviceClock.h).
   m.def("_start_device_clock", &start_device_clock, py::arg("platform_file"));
   m.def("_device_clock_on", &device_clock_on);
+  m.def("_enter_program_steps", &enter_program_steps);
+  m.def("_leave_program_steps", &leave_program_steps);
   m.def("_device_time_ns", [](int64_t device) { return device_time_ns(device); }, py::arg("device") = -1);
   m.def("_device_work", [](int64_t device) { return device_work(device); }, py::arg("device") = -1);
   bind_dry_run(m);

@@ -1,8 +1,46 @@
 """vLLM's model runner on a `neuron` core: GPUModelRunner's batching, with the device's own
-streams left out (the device queues each op asynchronously; a host read is the sync point)."""
+streams left out (the device queues each op asynchronously; a host read is the sync point).
+
+Note [Compiled steps in token buckets]
+Unless --enforce-eager, the model's forward runs compiled with torch.compile(backend="neuron",
+dynamic=False), as vLLM Neuron runs one NEFF per bucket: a step's token count is padded up to
+the next token bucket (the padding's slots are -1, its outputs never read), so a running service
+compiles at most one program per bucket, whatever its batches. The buckets are
+compilation_config.compile_sizes when given, else powers of two from 1 up to
+max_num_batched_tokens (and that number itself). Attention is vLLM's opaque custom op: the
+compiler cuts each step's graph at it (Note [Graphs cut at opaque ops] in the compile backend),
+so the attention over the paged cache, whose shapes follow the requests, runs op by op between
+the programs, and the programs' shapes follow the bucket only."""
+import bisect
+import dataclasses
+import warnings
+
 import torch
+from vllm.logger import init_logger
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner, _torch_cuda_wrapper
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+logger = init_logger(__name__)
+
+
+def token_buckets(compile_sizes, max_num_batched_tokens: int) -> list[int]:
+    """The step sizes programs are compiled for (Note [Compiled steps in token buckets])."""
+    top = int(max_num_batched_tokens)
+    if compile_sizes:
+        if not all(isinstance(size, int) and not isinstance(size, bool) for size in compile_sizes):
+            raise ValueError(f"compilation_config compile_sizes {compile_sizes}: the neuron platform takes them as "
+                             "its token buckets, so each must be a whole number of tokens")
+        sizes = sorted(set(compile_sizes))
+        if sizes[0] < 1:
+            raise ValueError(f"compile_sizes {compile_sizes}: a token bucket holds at least one token")
+        if sizes[-1] < top:
+            sizes.append(top)  # a step of up to max_num_batched_tokens tokens always has a bucket
+        return sizes
+    sizes, size = [], 1
+    while size < top:
+        sizes.append(size)
+        size *= 2
+    return sizes + [top]
 
 
 class NeuronModelRunner(CPUModelRunner):
@@ -16,6 +54,41 @@ class NeuronModelRunner(CPUModelRunner):
         from .clock import ServingClock
         self.clock = ServingClock(device, get_tensor_model_parallel_rank())
         # unlike CPUModelRunner, the persistent input buffers stay on the device (no _postprocess_tensors)
+        self.buckets = None if self.model_config.enforce_eager else token_buckets(
+            vllm_config.compilation_config.compile_sizes, self.scheduler_config.max_num_batched_tokens)
+        self._compiled = None
+
+    def load_model(self, *args, **kwargs) -> None:
+        super().load_model(*args, **kwargs)
+        if self.buckets is None:
+            return
+        # one Dynamo cache entry per bucket (shapes are the only thing that changes between steps)
+        limit = len(self.buckets) + 2
+        if torch._dynamo.config.recompile_limit < limit:
+            torch._dynamo.config.recompile_limit = limit
+        if torch._dynamo.config.accumulated_recompile_limit < 8 * limit:
+            torch._dynamo.config.accumulated_recompile_limit = 8 * limit
+        # the backend's advice to pad a varying dimension to buckets: done here
+        warnings.filterwarnings("ignore", message=r"torch\.compile\(backend='neuron'\) recompiled one function")
+        self._compiled = torch.compile(self.model, backend="neuron", dynamic=False,
+                                       options={"model_name": type(self.model).__name__})
+        logger.info("neuron: compiled steps in %d token buckets %s", len(self.buckets), self.buckets)
+
+    def _determine_batch_execution_and_padding(self, num_tokens, *args, **kwargs):
+        mode, descriptor, *rest = super()._determine_batch_execution_and_padding(num_tokens, *args, **kwargs)
+        if self.buckets is not None and not kwargs.get("force_eager"):
+            index = bisect.bisect_left(self.buckets, descriptor.num_tokens)
+            if index == len(self.buckets):
+                raise ValueError(f"a step of {descriptor.num_tokens} tokens is above the largest token bucket "
+                                 f"{self.buckets[-1]} (max_num_batched_tokens)")
+            descriptor = dataclasses.replace(descriptor, num_tokens=self.buckets[index])
+        return (mode, descriptor, *rest)
+
+    def _model_forward(self, input_ids=None, positions=None, intermediate_tensors=None, inputs_embeds=None,
+                       **model_kwargs):
+        model = self._compiled if self._compiled is not None else self.model
+        return model(input_ids=input_ids, positions=positions, intermediate_tensors=intermediate_tensors,
+                     inputs_embeds=inputs_embeds, **model_kwargs)
 
     def _sync_device(self) -> None:
         torch.neuron.synchronize(self.device)

@@ -126,9 +126,10 @@ class NeuronPlatform(Platform):
         scheduler = vllm_config.scheduler_config
         scheduler.async_scheduling = False  # one step at a time: the device queue is the overlap
         compilation = vllm_config.compilation_config
-        # CUDA graphs are CUDA's; vLLM's own compilation passes are Inductor's. The model runs
-        # eager on the device (each op queued asynchronously); compiled steps per shape bucket are
-        # not done yet (docs/vllm.md).
+        # CUDA graphs are CUDA's; vLLM's own compilation passes are Inductor's. Unless
+        # --enforce-eager, the model runner compiles the model's forward itself with the neuron
+        # backend, one program per token bucket (Note [Compiled steps in token buckets] in
+        # model_runner.py); vLLM's own compilation stays off.
         compilation.cudagraph_capture_sizes = []
         compilation.cudagraph_mode = CUDAGraphMode.NONE
         compilation.mode = CompilationMode.NONE

@@ -21,9 +21,12 @@ def main():
     llm = LLM(model=sys.argv[1], **options)
     outs = llm.generate(PROMPTS, [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in MAX_TOKENS])
     from vllm.platforms import current_platform
+    from torch._dynamo.utils import counters
+    # the programs the engine compiled, when it runs in this process (no TP workers)
+    graphs = counters["neuron"]["compiled_graphs"]
     with open(sys.argv[2], "w") as handle:
         json.dump([{"tokens": list(o.outputs[0].token_ids), "text": o.outputs[0].text,
-                    "platform": type(current_platform).__name__} for o in outs], handle)
+                    "platform": type(current_platform).__name__, "compiled_graphs": graphs} for o in outs], handle)
 
 
 if __name__ == "__main__":

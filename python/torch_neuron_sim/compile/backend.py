@@ -302,12 +302,12 @@ def _collective_graph(gm, context, graph_type, every=False):
         code.within_graph = index > 0
         return code
 
-    nodes = len(gm.graph.nodes)
+    nodes, has_collectives = len(gm.graph.nodes), bool(segments.collectives(gm, every=True))
     cut = segments.split_at_collectives(gm, compile_segment, every, codegen=_BoxedCodeGen())
     code = CollectiveGraphCode(gm=cut, name=name)
-    _record_graph(name, "", context, nodes, has_collectives=True, fx_passes_us=0, lower_us=0,
+    _record_graph(name, "", context, nodes, has_collectives=has_collectives, fx_passes_us=0, lower_us=0,
                   compile_us=(time.perf_counter_ns() - started) // 1000, cache_hit=False)
-    log.info("graph %s has collectives: cut at them into programs", name)
+    log.info("graph %s has collectives or opaque ops: cut at them into programs", name)
     return code
 
 
@@ -377,7 +377,7 @@ def _compile_graph(gm, example_inputs, *, context, graph_type):
 
 
 def _compile_graph_now(gm, example_inputs, *, context, graph_type):
-    if segments.collectives(gm):
+    if segments.collectives(gm) or segments.opaque(gm):
         return _collective_graph(gm, context, graph_type)
     if segments.collectives(gm, every=True):
         # One program with its collectives (Note [Collectives in programs]); a graph that cannot be

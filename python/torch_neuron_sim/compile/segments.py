@@ -19,6 +19,7 @@ import os
 import torch
 from torch.fx.passes.split_module import split_module
 
+from .. import _C
 from .lowering import IN_PROGRAM_COLLECTIVES
 
 COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d", "_dtensor")
@@ -42,11 +43,34 @@ def collectives(gm, every=False):
     return [node for node in gm.graph.nodes if is_collective(node, every)]
 
 
+# Note [Graphs cut at opaque ops]
+# A custom op that writes to its arguments (vLLM's unified_attention_with_output, which reads its
+# paged KV cache and metadata from the forward context, not from the graph) reaches the backend
+# functionalized, as a higher-order auto_functionalized node: no program step can run it. Such a
+# graph is cut at it as at a collective: the segments around it run as programs, the op itself
+# through the dispatcher between them (vLLM's own compiler cuts its graphs at its attention ops,
+# its "splitting ops", the same way). Before, the whole graph failed to compile.
+OPAQUE_OPS = (torch.ops.higher_order.auto_functionalized, torch.ops.higher_order.auto_functionalized_v2)
+
+
+def is_opaque(node):
+    return node.op == "call_function" and node.target in OPAQUE_OPS
+
+
+def opaque(gm):
+    return [node for node in gm.graph.nodes if is_opaque(node)]
+
+
+def runs_dispatched(node, every=False):
+    """A node that runs through the dispatcher between a cut graph's programs."""
+    return is_collective(node, every) or is_opaque(node)
+
+
 def _partitions(gm, every=False):
     """Node -> partition number, in graph order: a new partition starts wherever a node changes
     between running through the dispatcher (a collective) and running in a program. A getitem
     goes with the node it takes from (a program never receives a tuple). Returns the map and the
-    partitions that run through the dispatcher."""
+    partitions that run through the dispatcher (collectives and opaque ops)."""
     partition, dispatched, number, current = {}, set(), -1, None
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output", "get_attr"):
@@ -54,7 +78,7 @@ def _partitions(gm, every=False):
         if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) and node.args[0] in partition:
             partition[node] = partition[node.args[0]]
             continue
-        eager = is_collective(node, every)
+        eager = runs_dispatched(node, every)
         if eager != current:
             number, current = number + 1, eager
             if eager:
@@ -74,6 +98,23 @@ class Segment(torch.nn.Module):
         return tuple(self.code(*args))
 
 
+class ProgramSteps(torch.nn.Module):
+    """A partition of opaque ops in the cut graph: run through the dispatcher, costed on the
+    device clock as steps of the graph's one program (Note [Program steps run through the
+    dispatcher] in csrc/DeviceClock.h)."""
+
+    def __init__(self, partition):
+        super().__init__()
+        self.partition = partition
+
+    def forward(self, *args):
+        _C._enter_program_steps()
+        try:
+            return self.partition(*args)
+        finally:
+            _C._leave_program_steps()
+
+
 def split_at_collectives(gm, compile_segment, every=False, codegen=None):
     """The graph cut at its collectives (Note [Graphs with collectives]): a GraphModule whose
     compute segments are Segment modules made by compile_segment(segment_gm, example_inputs, index),
@@ -89,6 +130,9 @@ def split_at_collectives(gm, compile_segment, every=False, codegen=None):
             continue
         number = int(node.target.rsplit("_", 1)[1])
         if number in dispatched:
+            partition_gm = getattr(cut, node.target)
+            if any(is_opaque(n) for n in partition_gm.graph.nodes):
+                setattr(cut, node.target, ProgramSteps(partition_gm))
             continue
         segment = getattr(cut, node.target)
         inputs = [p.meta.get("val") for p in segment.graph.nodes if p.op == "placeholder"]
