@@ -16,8 +16,13 @@ figures (its steps include the TP collectives, costed on the device clock) to th
 by VLLM_NEURON_CLOCK_REPORT, again after each step (requests still running: their tokens so
 far), and logs them
 every VLLM_NEURON_CLOCK_LOG_STEPS steps (default 0: never).
+Of each step's time, the part in the model's forward (its compiled programs, or its eager ops
+under --enforce-eager) is reported apart ("model_ms", "model_step_ms" over the latest
+RECENT_STEPS steps): it is what the dry run's compiled forward predicts for the same batch; the
+rest is vLLM's own per-step work around the model (inputs, logits, sampling), eager launches here.
 """
 import bisect
+import collections
 import json
 import os
 import tempfile
@@ -27,6 +32,7 @@ import torch
 
 
 RECENT = 256  # finished requests listed in the report (its summary counts them all)
+RECENT_STEPS = 1024  # steps whose model time the report's percentiles are of
 
 
 def _percentiles(values):  # of sorted values
@@ -54,6 +60,9 @@ class ServingClock:
         self.finished = 0
         self.sorted = {"ttft_ms": [], "tpot_ms": [], "latency_ms": []}  # every finished request's, sorted
         self._began = None
+        self.model_ms = 0.0  # of the timeline, in the model's forward
+        self.model_steps = collections.deque(maxlen=RECENT_STEPS)  # the latest steps' forward ms
+        self._step_model_ms = 0.0
         if self.path and rank == 0:
             folder = os.path.dirname(os.path.abspath(self.path))
             if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
@@ -73,6 +82,12 @@ class ServingClock:
             self.running.setdefault(request, {"start": self.now, "first": None, "last": None, "tokens": 0,
                                               "prompt": None})
         self._began = self.read()
+        self._step_model_ms = 0.0
+
+    def model_forward(self, started_ms):
+        """The model's forward of this step ran from `started_ms` (a reading) to now."""
+        if self._began is not None:
+            self._step_model_ms += self.read() - started_ms
 
     def end(self, output):
         if self._began is None or output is None or not hasattr(output, "sampled_token_ids"):
@@ -80,6 +95,8 @@ class ServingClock:
         self.now += self.read() - self._began
         self._began = None
         self.steps += 1
+        self.model_ms += self._step_model_ms
+        self.model_steps.append(self._step_model_ms)
         for request, sampled in zip(output.req_ids, output.sampled_token_ids):
             record = self.running.get(request)
             if record is None or not sampled:
@@ -138,7 +155,8 @@ class ServingClock:
                 "requests": self.finished + len(in_flight),
                 "ttft_ms": self._percentiles("ttft_ms", in_flight),
                 "tpot_ms": self._percentiles("tpot_ms", in_flight),
-                "latency_ms": self._percentiles("latency_ms", in_flight)}
+                "latency_ms": self._percentiles("latency_ms", in_flight),
+                "model_ms": self.model_ms, "model_step_ms": _percentiles(sorted(self.model_steps))}
 
     def write(self):
         if not self.path or self.rank != 0:

@@ -87,8 +87,11 @@ class NeuronModelRunner(CPUModelRunner):
     def _model_forward(self, input_ids=None, positions=None, intermediate_tensors=None, inputs_embeds=None,
                        **model_kwargs):
         model = self._compiled if self._compiled is not None else self.model
-        return model(input_ids=input_ids, positions=positions, intermediate_tensors=intermediate_tensors,
-                     inputs_embeds=inputs_embeds, **model_kwargs)
+        started = self.clock.read()
+        output = model(input_ids=input_ids, positions=positions, intermediate_tensors=intermediate_tensors,
+                       inputs_embeds=inputs_embeds, **model_kwargs)
+        self.clock.model_forward(started)
+        return output
 
     def _sync_device(self) -> None:
         torch.neuron.synchronize(self.device)

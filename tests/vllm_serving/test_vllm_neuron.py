@@ -84,9 +84,79 @@ def test_prefix_caching_off_tokens_equal(models, cpu_tokens, tmp_path):
     assert [o["tokens"] for o in neuron] == [o["tokens"] for o in cpu_tokens("qwen3")]
 
 
-def test_tensor_parallel_2_tokens_equal(models, cpu_tokens, tmp_path):
-    neuron = run_offline(models["qwen3"], tmp_path / "neuron.json", "neuron", tensor_parallel_size=2)
+@pytest.mark.parametrize("eager", [True, False], ids=["eager", "compiled"])
+def test_tensor_parallel_2_tokens_equal(models, cpu_tokens, tmp_path, eager):
+    neuron = run_offline(models["qwen3"], tmp_path / "neuron.json", "neuron", tensor_parallel_size=2,
+                         enforce_eager=eager)
     assert [o["tokens"] for o in neuron] == [o["tokens"] for o in cpu_tokens("qwen3")]
+
+
+# ---- compiled steps (Note [Compiled steps in token buckets] in vllm_neuron_sim/model_runner.py) ----
+
+def test_token_buckets():
+    from vllm_neuron_sim.model_runner import token_buckets
+    assert token_buckets(None, 256) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert token_buckets([], 100) == [1, 2, 4, 8, 16, 32, 64, 100]
+    assert token_buckets([64, 8, 8], 256) == [8, 64, 256]  # a step up to max_num_batched_tokens has a bucket
+    assert token_buckets([512], 256) == [512]
+    with pytest.raises(ValueError, match="at least one token"):
+        token_buckets([0, 4], 256)
+    with pytest.raises(ValueError, match="whole number of tokens"):
+        token_buckets(["cudagraph_capture_sizes"], 256)
+
+
+@pytest.mark.parametrize("name", ["llama-demo", "qwen3", "mistral-window", "qwen3-moe"])
+def test_compiled_steps_tokens_equal_vllm_cpu(name, models, cpu_tokens, tmp_path):
+    """Without --enforce-eager the forward runs as programs, one per token bucket hit: requests
+    joining and leaving the batch change no program, only the bucket a step is padded to."""
+    neuron = run_offline(models[name], tmp_path / "neuron.json", "neuron", enforce_eager=False,
+                         max_num_batched_tokens=256)
+    assert [o["tokens"] for o in neuron] == [o["tokens"] for o in cpu_tokens(name)]
+    assert 0 < neuron[0]["compiled_graphs"] <= 9  # buckets 1, 2, 4, ..., 256
+
+
+def test_compile_sizes_are_the_token_buckets(models, cpu_tokens, tmp_path):
+    neuron = run_offline(models["llama-demo"], tmp_path / "neuron.json", "neuron", enforce_eager=False,
+                         max_num_batched_tokens=256, compilation_config={"compile_sizes": [8, 64]})
+    assert [o["tokens"] for o in neuron] == [o["tokens"] for o in cpu_tokens("llama-demo")]
+    assert 0 < neuron[0]["compiled_graphs"] <= 3  # 8, 64 and 256
+    eager = run_offline(models["llama-demo"], tmp_path / "eager.json", "neuron")
+    assert eager[0]["compiled_graphs"] == 0  # --enforce-eager compiles nothing
+
+
+TIE = """
+import os, sys
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+from vllm import LLM, SamplingParams
+llm = LLM(model=sys.argv[1], max_model_len=512, dtype="bfloat16", seed=0, kv_cache_memory_bytes=64 << 20,
+          max_num_seqs=4, enable_prefix_caching=False)
+llm.generate([{"prompt_token_ids": [5 + i % 50 for i in range(64)]}],
+             [SamplingParams(temperature=0, max_tokens=9, ignore_eos=True)])
+"""
+
+
+def test_live_compiled_steps_agree_with_the_dry_run(tmp_path):
+    """The live service's device clock against the dry run's compiled forward of the same model and
+    batch: one request, a 64-token prompt (one prefill step in bucket 64), then 8 decode steps (bucket 1)
+    over a paged cache of three 32-token blocks. The model's forward on the live clock (its programs,
+    attention between them costed as their steps) agrees with the dry run's; what vLLM does around
+    the model each step (inputs, logits, sampling: eager launches here) the report gives apart."""
+    from torch_neuron_sim import dry_run
+    import transformers
+    report = tmp_path / "clock.json"
+    done = subprocess.run([sys.executable, "-c", TIE, DEMO], env=dict(ENV, VLLM_NEURON_CLOCK_REPORT=str(report)),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads(report.read_text())["summary"]
+    assert summary["steps"] == 9
+    config = transformers.AutoConfig.from_pretrained(DEMO)
+    prefill_ns, decode_ns, programs = dry_run.compiled_forward_ns(config, 1, "trn2", 2, 68, 96)
+    assert programs == 1
+    live = summary["model_step_ms"]
+    assert live["p50"] == pytest.approx(decode_ns / 1e6, rel=0.25)  # the decode steps
+    assert live["p95"] == pytest.approx(prefill_ns / 1e6, rel=0.25)  # the longest step: the prefill
+    # the rest of each step is vLLM's work around the model, apart in the report
+    assert summary["timeline_ms"] > summary["model_ms"] > 0
 
 
 def test_predicted_figures_of_the_load(models, tmp_path):
