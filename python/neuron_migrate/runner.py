@@ -203,6 +203,10 @@ class _Run:
         for role, device, model in (("target", self.target, self.target_model),
                                     ("baseline", self.baseline, self.baseline_model)):
             self.sampler.phase = f"speed ({role})"
+            if self.workload.serve.engine == "vllm":  # Note [Serving engines] in vllm_serve.py
+                from . import vllm_serve
+                result[role] = vllm_serve.serve(self.workload, device, self.requests)
+                continue
             result[role] = speed.serve(model, device, self.requests, self.workload.serve,
                                        self.workload.inputs.max_new_tokens)
             for level in result[role]["levels"]:
@@ -271,6 +275,13 @@ def run_command(workload_path, target, baseline, out, progress, console, predict
             devices.check(device)
         except devices.DeviceUnavailable as error:
             console.print(f"[red]device error:[/red] {error}")
+            return 2
+    if workload.task == "generate" and workload.serve.engine == "vllm":
+        from . import vllm_serve
+        try:
+            vllm_serve.check(workload)
+        except vllm_serve.EngineError as error:
+            console.print(f"[red]serving engine error:[/red] {error}")
             return 2
     folder = out or os.path.join("neuron-migrate-report", workload.name)
     try:

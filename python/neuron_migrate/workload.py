@@ -10,6 +10,7 @@ import tomllib
 SCHEMA_VERSION = 1
 DTYPES = ("float32", "bfloat16", "float16")
 TASKS = ("generate", "train")
+SERVING_ENGINES = ("generate", "vllm")
 
 
 class WorkloadError(ValueError):
@@ -40,6 +41,7 @@ class Serve:
     requests: int = 8
     concurrency: list = dataclasses.field(default_factory=lambda: [1])
     timeout_s: float = 120.0
+    engine: str = "generate"  # or "vllm": the service as vLLM serves it (Note [Serving engines], vllm_serve.py)
 
 
 @dataclasses.dataclass
@@ -300,6 +302,9 @@ def load(path):
         raise WorkloadError("serve.concurrency: expected a non-empty list of positive integers")
     _positive("serve.requests", serve.requests)
     _positive("serve.timeout_s", serve.timeout_s)
+    if serve.engine not in SERVING_ENGINES:
+        raise WorkloadError(f"serve.engine: expected one of {', '.join(map(repr, SERVING_ENGINES))}, "
+                            f"got {serve.engine!r}")
     train = _section(data, "train", Train)
     if train.checkpoint_at >= train.steps or train.checkpoint_at <= 0:
         raise WorkloadError(f"train.checkpoint_at: expected 0 < checkpoint_at < steps ({train.steps}), "

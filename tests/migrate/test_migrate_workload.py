@@ -65,6 +65,7 @@ def test_bad_field_is_named_with_expected_form(tmp_path, text, field, expected):
     (GOOD.replace('name = "w"', 'name = "w"\nscript = ["a.py", 1]'), "workload.script[]: expected a string, got 1"),
     (GOOD.replace('path = "m"', 'path = "m"\nfactory = "f.py:build"'),
      "model.factory: expected model.path or model.factory, not both"),
+    (GOOD + "[serve]\nengine = 'tgi'\n", "serve.engine: expected one of 'generate', 'vllm', got 'tgi'"),
 ])
 def test_out_of_range_values_are_refused_when_the_file_is_read(tmp_path, text, message):
     # before: these loaded, then failed inside a section (ZeroDivisionError, TypeError) or gave nonsense
@@ -102,3 +103,28 @@ def test_unknown_device_or_core_exits_2(tmp_path, capsys, device, message):
     path = write(tmp_path, "w.toml", GOOD)
     assert main(["run", path, "--on", device, "--out", str(tmp_path / "r"), "--no-progress"]) == 2
     assert message in " ".join(capsys.readouterr().out.split())
+
+
+def test_vllm_engine_refused_at_start_where_it_cannot_run(tmp_path, capsys):
+    """[serve] engine = "vllm" (Note [Serving engines]): a run that cannot start vLLM says so before
+    measuring anything (tests/vllm_serving runs the engine itself where vLLM is installed)."""
+    import importlib.util
+    from neuron_migrate import vllm_serve
+    workload = load(write(tmp_path, "w.toml", GOOD + "[serve]\nengine = 'vllm'\n"))
+    assert workload.serve.engine == "vllm" and workload.conditions()["serve"]["engine"] == "vllm"
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed in this Python: the refusal for a missing vLLM cannot be shown")
+    with pytest.raises(vllm_serve.EngineError, match="make vllm-venv"):
+        vllm_serve.check(workload)
+    path = write(tmp_path, "w.toml", GOOD + "[serve]\nengine = 'vllm'\n")
+    assert main(["run", path, "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+    out = capsys.readouterr().out
+    assert "serving engine error" in out and "vLLM is not installed" in out
+    assert not (tmp_path / "r").exists()  # nothing measured
+
+
+def test_vllm_engine_needs_a_model_folder(tmp_path):
+    from neuron_migrate import vllm_serve
+    text = GOOD.replace('path = "m"', 'factory = "f.py:build"') + "[serve]\nengine = 'vllm'\n"
+    with pytest.raises(vllm_serve.EngineError, match="needs model.path"):
+        vllm_serve.check(load(write(tmp_path, "w.toml", text)))

@@ -291,3 +291,53 @@ def test_review_regression(script):
     done = subprocess.run([sys.executable, os.path.join(HERE, "regressions", script)], env=ENV, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+MIGRATE_WORKLOAD = """
+[workload]
+name = "demo-vllm"
+task = "generate"
+[model]
+path = "{model}"
+dtype = "float32"
+[inputs]
+prompt_lengths = [8, 24]
+max_new_tokens = 8
+max_seq_len = 128
+[serve]
+engine = "vllm"
+requests = 6
+concurrency = [1, 3]
+[compile]
+enabled = false
+"""
+
+
+def test_neuron_migrate_serves_the_workload_with_vllm(tmp_path):
+    """[serve] engine = "vllm" (neuron_migrate/vllm_serve.py): the speed section is vLLM's service on
+    neuron (host time, and predicted on the device clock) against vLLM CPU (the baseline)."""
+    workload = tmp_path / "w.toml"
+    workload.write_text(MIGRATE_WORKLOAD.format(model=DEMO))
+    done = subprocess.run([sys.executable, "-m", "neuron_migrate", "run", str(workload), "--no-progress",
+                           "--out", str(tmp_path / "report")], env=ENV, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    speed = report["sections"]["speed"]
+    for role in ("target", "baseline"):
+        assert speed[role]["engine"] == "vllm"
+        levels = speed[role]["levels"]
+        assert [level["concurrency"] for level in levels] == [1, 3]
+        for level in levels:
+            assert level["requests"] == 6 and level["error_rate"] == 0
+            assert level["tokens"] == 6 * 8 and level["tokens_per_s"] > 0
+            assert 0 < level["ttft_ms"]["p50"] <= level["latency_ms"]["p50"]
+    assert "predicted" not in speed["baseline"]["levels"][0]  # vLLM CPU: measured only
+    one, three = (level["predicted"] for level in speed["target"]["levels"])
+    assert speed["target"]["platform"] == "trn2"
+    for predicted in (one, three):
+        assert len(predicted["requests"]) == 6  # the timed requests only, not the warm-up's
+        assert predicted["tokens_per_s"] == pytest.approx(6 * 8 / predicted["device_span_ms"] * 1000)
+        assert 0 < predicted["ttft_ms"]["p50"] <= predicted["latency_ms"]["p50"]
+    # three requests share each decode step: more tokens per second of device time than one at a time
+    assert three["tokens_per_s"] > 2 * one["tokens_per_s"]
+    assert not [f for f in report.get("findings", []) if f.get("section") == "speed"]
