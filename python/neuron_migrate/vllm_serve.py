@@ -11,7 +11,9 @@ neuron_migrate ...): on `neuron`, vLLM on the simulated device through this proj
 is a closed loop as speed.py's: `concurrency` requests in flight (max_num_seqs), the next one added
 when one finishes, `serve.requests` in all, each row of the workload's requests one vLLM request
 (its token ids, greedy, exactly max_new_tokens tokens). Every distinct prompt length is served once
-first, not timed (compile and warm-up). Measured: wall-clock latency, TTFT and throughput from the
+first (warmup_s), then the level's first 2 x concurrency requests at its concurrency (the token
+buckets of batched steps), neither timed. A request vLLM refuses is an error of the level, the
+others go on. Measured: wall-clock latency, TTFT and throughput from the
 engine's outputs. On neuron also predicted: the served load on the device clock (vLLM Neuron's
 ServingClock report, Note [A served load on the device clock]), the timed requests only. The
 level's fields are speed.py's, so gates, cost and `compare` read them as they read generate's.
@@ -64,15 +66,20 @@ def _prompts(requests):
 def _kv_cache_bytes(workload, concurrency):
     """KV cache for `concurrency` requests of max_seq_len tokens, twice over (at least 64 MiB): on the CPU
     and the simulated device the cache is host memory, and vLLM's default (most of the memory there)
-    takes longer to allocate and touch than the level takes to serve. None (vLLM's default) on a GPU."""
+    takes longer to allocate and touch than the level takes to serve. None (vLLM's default) on a GPU,
+    and where the config does not name its attention shape in transformers' usual fields."""
     from transformers import AutoConfig
-    config = AutoConfig.from_pretrained(workload.resolve(workload.model.path))
-    config = getattr(config, "text_config", None) or config
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    try:
+        config = AutoConfig.from_pretrained(workload.resolve(workload.model.path))
+        config = getattr(config, "text_config", None) or config
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        layers = config.num_hidden_layers
+    except (AttributeError, TypeError, ValueError, OSError):
+        return None  # a config without the usual names (or none transformers reads): vLLM sizes the cache
     itemsize = 4 if workload.model.dtype == "float32" else 2
-    per_token = 2 * config.num_hidden_layers * kv_heads * head_dim * itemsize
+    per_token = 2 * layers * kv_heads * head_dim * itemsize
     return max(64 << 20, 2 * per_token * workload.inputs.max_seq_len * concurrency)
 
 
@@ -144,7 +151,10 @@ def _clock(path):
 
 
 def _predicted(before, after, timed_ids):
-    """The timed requests' figures on the device clock: the report after the warm-up and at the end."""
+    """The timed requests' figures on the device clock: the report after the warm-up and at the end.
+    The span and tokens cover every timed request (the report's summary counts them all); the
+    per-request percentiles the latest the report lists (vllm_neuron_sim.clock.RECENT), which
+    `requests_counted` says when it is fewer than were timed."""
     span = after["summary"]["timeline_ms"] - (before["summary"]["timeline_ms"] if before else 0.0)
     tokens = after["summary"]["output_tokens"] - (before["summary"]["output_tokens"] if before else 0)
     mine = [r for r in after["requests"] if any(r["id"].startswith(i) for i in timed_ids)]
@@ -155,12 +165,14 @@ def _predicted(before, after, timed_ids):
             "latencies_ms": [r["latency_ms"] for r in mine],
             "requests": [{"label": r["id"], "latency_ms": r["latency_ms"], "ttft_ms": r["ttft_ms"],
                           "per_token_ms": r["tpot_ms"]} for r in mine],
+            "requests_counted": len(mine), "requests_timed": len(timed_ids),
             "model_ms": after["summary"].get("model_ms", 0.0) - (before["summary"].get("model_ms", 0.0) if before
                                                                  else 0.0)}
 
 
 def _closed_loop(engine, params, queue, concurrency, prefix):
-    """Serves `queue` [(label, token ids)] with at most `concurrency` in flight: {id: times}."""
+    """Serves `queue` [(label, token ids)] with at most `concurrency` in flight: {id: times}. A request
+    vLLM refuses (too long a prompt, ...) ends at once with its error; the others are served."""
     pending, times, index = list(queue), {}, 0
     while pending or engine.has_unfinished_requests():
         while pending and sum(1 for t in times.values() if "end" not in t) < concurrency:
@@ -168,7 +180,10 @@ def _closed_loop(engine, params, queue, concurrency, prefix):
             request_id = f"{prefix}{index}-"
             index += 1
             times[request_id] = {"label": label, "start": time.perf_counter(), "tokens": 0}
-            engine.add_request(request_id, {"prompt_token_ids": ids}, params)
+            try:
+                engine.add_request(request_id, {"prompt_token_ids": ids}, params)
+            except (ValueError, TypeError, RuntimeError) as error:  # vLLM refuses this request: the rest go on
+                times[request_id].update(end=time.perf_counter(), error=f"{type(error).__name__}: {error}")
         for output in engine.step():
             record = next((t for i, t in times.items() if output.request_id.startswith(i)), None)
             if record is None:
@@ -201,13 +216,18 @@ def main(path):
         started = time.perf_counter()
         _closed_loop(engine, params, [(label, ids)], 1, "warmup-")
         warmup[label] = time.perf_counter() - started
+    queue = [rows[i % len(rows)] for i in range(spec["requests"])]
+    # and the level's own mix once (its first 2 x concurrency requests at its concurrency): the steps
+    # of several requests at once hit token buckets one request alone does not, whose programs
+    # would otherwise compile in the timed loop
+    _closed_loop(engine, params, queue[:2 * spec["concurrency"]], spec["concurrency"], "warmup-level-")
     report = os.environ.get("VLLM_NEURON_CLOCK_REPORT")
     before = _clock(report)
-    queue = [rows[i % len(rows)] for i in range(spec["requests"])]
     started = time.perf_counter()
     times = _closed_loop(engine, params, queue, spec["concurrency"], "timed-")
     wall = time.perf_counter() - started
-    done = [t for t in times.values() if "end" in t]
+    done = [t for t in times.values() if "end" in t and "error" not in t]
+    refused = [t for t in times.values() if "error" in t]
     late = [t for t in done if t["end"] - t["start"] > spec["timeout_s"]]
     tokens = sum(t["tokens"] for t in done if t not in late)
     result = {"concurrency": spec["concurrency"], "requests": len(times), "wall_s": wall, "tokens": tokens,
@@ -216,8 +236,9 @@ def main(path):
               "ttft_ms": _percentiles([(t["first"] - t["start"]) * 1000 for t in done if "first" in t]),
               "latencies_ms": [(t["end"] - t["start"]) * 1000 for t in done],
               "error_rate": (len(times) - len(done) + len(late)) / len(times), "timeouts": len(late),
-              "errors": [{"label": t["label"], "error": f"timeout: {t['end'] - t['start']:.1f} s > "
-                                                        f"{spec['timeout_s']} s"} for t in late[:3]],
+              "errors": ([{"label": t["label"], "error": t["error"]} for t in refused[:3]]
+                         + [{"label": t["label"], "error": f"timeout: {t['end'] - t['start']:.1f} s > "
+                                                          f"{spec['timeout_s']} s"} for t in late[:3]]),
               "engine": "vllm", "warmup_s": warmup}
     after = _clock(report)
     if after is not None:

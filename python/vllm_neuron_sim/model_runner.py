@@ -33,7 +33,14 @@ def token_buckets(compile_sizes, max_num_batched_tokens: int) -> list[int]:
         sizes = sorted(set(compile_sizes))
         if sizes[0] < 1:
             raise ValueError(f"compile_sizes {compile_sizes}: a token bucket holds at least one token")
-        if sizes[-1] < top:
+        beyond = [size for size in sizes if size > top]
+        if beyond:
+            # no step holds more than max_num_batched_tokens tokens, and the runner's input buffers hold
+            # no more: a bigger bucket could never be used (vLLM drops capture sizes above it the same way)
+            logger.warning("compile_sizes %s: above max_num_batched_tokens %d, dropped (a step never holds more "
+                           "tokens); raise max_num_batched_tokens to use them", beyond, top)
+            sizes = [size for size in sizes if size <= top]
+        if not sizes or sizes[-1] < top:
             sizes.append(top)  # a step of up to max_num_batched_tokens tokens always has a bucket
         return sizes
     sizes, size = [], 1

@@ -128,3 +128,72 @@ def test_vllm_engine_needs_a_model_folder(tmp_path):
     text = GOOD.replace('path = "m"', 'factory = "f.py:build"') + "[serve]\nengine = 'vllm'\n"
     with pytest.raises(vllm_serve.EngineError, match="needs model.path"):
         vllm_serve.check(load(write(tmp_path, "w.toml", text)))
+
+
+def test_vllm_kv_cache_size_falls_back_to_vllms_where_the_config_has_no_attention_shape(tmp_path):
+    """review 42 #5: a config without num_attention_heads (a state-space model) made the level's KV
+    cache size raise AttributeError before vLLM started; vLLM sizes the cache itself there."""
+    import json
+    from neuron_migrate import vllm_serve
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "mamba", "hidden_size": 64,
+                                                              "num_hidden_layers": 2, "vocab_size": 128}))
+    workload = load(write(tmp_path, "w.toml", GOOD + "[serve]\nengine = 'vllm'\n"))
+    assert vllm_serve._kv_cache_bytes(workload, 4) is None
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64,
+                                                              "num_attention_heads": 4, "num_key_value_heads": 2,
+                                                              "num_hidden_layers": 2, "vocab_size": 128}))
+    assert vllm_serve._kv_cache_bytes(workload, 4) == 64 << 20  # small: the 64 MiB floor
+
+
+class _RefusingEngine:
+    """vLLM's engine, as far as the closed loop uses it: refuses prompts of 3 tokens, serves the rest
+    in two steps each."""
+
+    def __init__(self):
+        self.running = {}
+
+    def add_request(self, request_id, prompt, params):
+        if len(prompt["prompt_token_ids"]) == 3:
+            raise ValueError("the prompt is longer than max_model_len")
+        self.running[request_id] = 0
+
+    def has_unfinished_requests(self):
+        return bool(self.running)
+
+    def step(self):
+        import types
+        outputs = []
+        for request_id in list(self.running):
+            self.running[request_id] += 1
+            finished = self.running[request_id] == 2
+            outputs.append(types.SimpleNamespace(request_id=request_id, finished=finished,
+                                                 outputs=[types.SimpleNamespace(token_ids=[1] * self.running[request_id])]))
+            if finished:
+                del self.running[request_id]
+        return outputs
+
+
+def test_vllm_closed_loop_serves_the_others_when_vllm_refuses_a_request():
+    """review 42 #4: a request vLLM's add_request refused ended the whole level with a traceback;
+    it is now that request's error and the level goes on."""
+    from neuron_migrate import vllm_serve
+    queue = [("a", [1, 2]), ("bad", [1, 2, 3]), ("b", [4, 5]), ("c", [6, 7])]
+    times = vllm_serve._closed_loop(_RefusingEngine(), None, queue, 2, "timed-")
+    assert len(times) == 4
+    errors = [t for t in times.values() if "error" in t]
+    assert [t["label"] for t in errors] == ["bad"] and "max_model_len" in errors[0]["error"]
+    served = [t for t in times.values() if "error" not in t]
+    assert all(t["tokens"] == 2 and "end" in t and "first" in t for t in served)
+
+
+def test_vllm_predicted_says_how_many_timed_requests_the_clock_report_lists():
+    """review 42 #3: the serving clock's report lists its latest RECENT requests; a level with more
+    timed requests has its percentiles of fewer, and the result says of how many."""
+    from neuron_migrate import vllm_serve
+    report = {"summary": {"timeline_ms": 100.0, "output_tokens": 40, "model_ms": 10.0},
+              "requests": [{"id": f"timed-{i}-x", "latency_ms": 5.0, "ttft_ms": 1.0, "tpot_ms": 0.5}
+                           for i in range(2, 4)]}
+    predicted = vllm_serve._predicted(None, report, [f"timed-{i}-" for i in range(4)])
+    assert predicted["requests_counted"] == 2 and predicted["requests_timed"] == 4
+    assert predicted["tokens_per_s"] == 400.0 and predicted["latency_ms"]["p50"] == 5.0

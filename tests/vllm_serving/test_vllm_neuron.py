@@ -98,7 +98,9 @@ def test_token_buckets():
     assert token_buckets(None, 256) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
     assert token_buckets([], 100) == [1, 2, 4, 8, 16, 32, 64, 100]
     assert token_buckets([64, 8, 8], 256) == [8, 64, 256]  # a step up to max_num_batched_tokens has a bucket
-    assert token_buckets([512], 256) == [512]
+    # review 42 #1: a size above max_num_batched_tokens padded steps past the runner's input buffers
+    assert token_buckets([512], 256) == [256]
+    assert token_buckets([4, 512], 256) == [4, 256]
     with pytest.raises(ValueError, match="at least one token"):
         token_buckets([0, 4], 256)
     with pytest.raises(ValueError, match="whole number of tokens"):
