@@ -2,6 +2,7 @@
 #include "DirectSteps.h"
 #include "Step.h"
 #include "Pointwise.h"
+#include "ProgramValues.h"
 #include "../kernels/DirectKernels.h"
 #include "../kernels/SmallMatmul.h"
 
@@ -15,9 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <unordered_map>
 
 #include "../NeuronAllocator.h"
 #include "../NeuronCommon.h"
@@ -32,20 +31,8 @@ namespace torch_neuron {
 using neuron_rt::ProgramArg;
 using neuron_rt::ProgramValue;
 
-struct ProgramExecutor::RunState {
-  std::vector<at::Tensor> values;  // host views of the values that change per call
-  // Note [Collectives in programs]: the device tensors a collective step is given, made once per
-  // value and call (a wait finds its collective's work by the tensor's storage), and the device
-  // tensors of the inputs and outputs they are views of. Empty when the program has no collective.
-  std::vector<at::Tensor> device_values;
-  std::vector<at::Tensor> device_roots;
-  std::vector<int> in_flight;  // values of collectives issued and not yet waited for, in issue order
-};
-
 
 namespace {
-
-at::ScalarType scalar_type(int32_t code) { return static_cast<at::ScalarType>(code); }
 
 bool contiguous(const neuron_rt::TensorSpec& spec) {
   int64_t expected = 1;
@@ -55,192 +42,6 @@ bool contiguous(const neuron_rt::TensorSpec& spec) {
   }
   return spec.offset == 0;
 }
-
-// A CPU tensor over `data` (memory the caller keeps alive) with the spec's metadata.
-at::Tensor host_tensor(void* data, size_t nbytes, const neuron_rt::TensorSpec& spec) {
-  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), nbytes, c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)),
-      nullptr, /*resizable=*/false));
-  auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                          c10::scalarTypeToTypeMeta(scalar_type(spec.dtype)));
-  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(spec.sizes, spec.strides, spec.offset);
-  return tensor;
-}
-
-// A view's spec over `base`'s storage, `base` being this call's tensor for the value `base_spec`
-// was compiled as (Note [Program loader checks]: the view may not leave that storage).
-neuron_rt::TensorSpec rebased(const neuron_rt::TensorSpec& view, const neuron_rt::TensorSpec& base_spec,
-                              const at::Tensor& base) {
-  return NEURON_RT_CALL(neuron_rt::rebase_view(view, base_spec, base.storage_offset(), base.storage().nbytes()));
-}
-
-at::Tensor view_of(const at::Tensor& base, const neuron_rt::TensorSpec& spec) {
-  auto tensor = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(base.storage()),
-                                                          base.unsafeGetTensorImpl()->key_set(),
-                                                          c10::scalarTypeToTypeMeta(scalar_type(spec.dtype)));
-  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(spec.sizes, spec.strides, spec.offset);
-  return tensor;
-}
-
-// An output that is a view of an input or of a fresh output, made by the dispatcher (as_strided:
-// the caller gets a view of `base` with its version counter). A view may have another dtype than
-// its base (view_as_real of a complex result, Tensor.view(dtype)): as_strided keeps the base's
-// dtype, so the storage is first seen as bytes (a flat view, then view(kByte)), cut to a whole
-// number of the view's elements, seen in the view's dtype, and the view's sizes, strides and offset
-// (in its own elements: rebase_view checked they fit) taken there. An input with the negative bit
-// (view(dtype) refuses it) is viewed without it and the view gets it back, as eager's does.
-at::Tensor output_view(const at::Tensor& base, const neuron_rt::TensorSpec& spec, const neuron_rt::TensorSpec& base_spec) {
-  const int64_t offset = rebased(spec, base_spec, base).offset;
-  const at::ScalarType dtype = scalar_type(spec.dtype);
-  if (base.scalar_type() == dtype) return base.as_strided(spec.sizes, spec.strides, offset);
-  if (base.is_neg()) return at::_neg_view(output_view(at::_neg_view(base), spec, base_spec));
-  const int64_t base_element = static_cast<int64_t>(base.element_size());
-  const int64_t view_element = static_cast<int64_t>(c10::elementSize(dtype));
-  const int64_t bytes = static_cast<int64_t>(base.storage().nbytes()) / base_element * base_element;
-  return base.as_strided({bytes / base_element}, {1}, 0)
-      .view(at::kByte)
-      .narrow(0, 0, bytes / view_element * view_element)
-      .view(dtype)
-      .as_strided(spec.sizes, spec.strides, offset);
-}
-
-// Another TensorImpl with `t`'s storage and metadata, made without the dispatcher (the executor
-// is built while a compile's FakeTensorMode may be active).
-at::Tensor same_view(const at::Tensor& t) {
-  auto tensor = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(t.storage()), t.unsafeGetTensorImpl()->key_set(),
-                                                          t.dtype());
-  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  return tensor;
-}
-
-void check_input(const at::Tensor& t, const neuron_rt::TensorSpec& spec, size_t index, const std::string& name,
-                 c10::DeviceIndex device) {
-  TORCH_CHECK(t.defined(), "compiled graph ", name, ": input ", index, " is None; expected a tensor");
-  if (device < 0) {  // a host input (a CPU scalar tensor, as traced)
-    TORCH_CHECK(t.device().is_cpu(), "compiled graph ", name, ": input ", index, " is on ", t.device(),
-                "; the graph was compiled for a CPU tensor there");
-  } else {
-    TORCH_CHECK(t.device().type() == kNeuron && t.device().index() == device, "compiled graph ", name, ": input ",
-                index, " is on ", t.device(), "; the graph was compiled for neuron:", int(device),
-                ". Move it with .to('neuron:", int(device), "')");
-  }
-  TORCH_CHECK(t.scalar_type() == scalar_type(spec.dtype) && t.sizes() == c10::IntArrayRef(spec.sizes),
-              "compiled graph ", name, ": input ", index, " is ", t.scalar_type(), t.sizes(), "; the graph was compiled for ",
-              scalar_type(spec.dtype), c10::IntArrayRef(spec.sizes),
-              " (torch.compile recompiles for new shapes; a direct call of the program must match)");
-  bool same_strides = true;
-  for (size_t d = 0; d < spec.sizes.size(); ++d) {
-    if (spec.sizes[d] > 1 && t.strides()[d] != spec.strides[d]) same_strides = false;
-  }
-  TORCH_CHECK(same_strides, "compiled graph ", name, ": input ", index, " has strides ", t.strides(),
-              "; the graph was compiled for ", c10::IntArrayRef(spec.strides));
-}
-
-c10::IValue argument_value(const ProgramArg& arg) {
-  switch (arg.kind) {
-    case ProgramArg::Kind::kNone: return c10::IValue();
-    case ProgramArg::Kind::kInt: return c10::IValue(arg.integer);
-    case ProgramArg::Kind::kDouble: return c10::IValue(arg.real);
-    case ProgramArg::Kind::kBool: return c10::IValue(arg.integer != 0);
-    case ProgramArg::Kind::kIntList: return c10::IValue(c10::List<int64_t>(arg.list));
-    case ProgramArg::Kind::kDoubleList: return c10::IValue(c10::List<double>(arg.reals));
-    case ProgramArg::Kind::kBoolList: {
-      c10::List<bool> list;
-      for (int64_t v : arg.list) list.push_back(v != 0);
-      return c10::IValue(list);
-    }
-    case ProgramArg::Kind::kString: return c10::IValue(arg.text);
-    case ProgramArg::Kind::kDevice: return c10::IValue(c10::Device(c10::DeviceType::CPU));  // kernels run on host views
-    case ProgramArg::Kind::kScalarType: return c10::IValue(arg.integer);
-    case ProgramArg::Kind::kLayout: return c10::IValue(arg.integer);
-    case ProgramArg::Kind::kMemoryFormat: return c10::IValue(arg.integer);
-    case ProgramArg::Kind::kValue:
-    case ProgramArg::Kind::kValueList: return c10::IValue();  // filled per call
-  }
-  return c10::IValue();
-}
-
-// Why a program argument cannot stand for the schema argument `schema` (empty when it can):
-// it must be of a kind the compiler makes for the argument's type (lowering.py's _arg), so
-// that the kernel receives the IValue its type promises; a tensor must come from a value
-// (or be a Python number, which becomes a wrapped number), None only where the type is
-// optional. The runtime's loader checks everything that does not need the schema.
-std::string argument_mismatch(const c10::Argument& schema, const ProgramArg& arg) {
-  using Kind = ProgramArg::Kind;
-  c10::TypePtr type = schema.real_type();
-  bool optional = false;
-  if (auto inner = type->cast<c10::OptionalType>()) {
-    optional = true;
-    type = inner->getElementType();
-  }
-  if (arg.kind == Kind::kNone) {
-    return optional || type->kind() == c10::TypeKind::GeneratorType ? "" : "None for a value that is not optional";
-  }
-  const bool number = arg.kind == Kind::kInt || arg.kind == Kind::kDouble || arg.kind == Kind::kBool;
-  auto expect = [&](bool ok) { return ok ? std::string() : std::string("a program argument of kind ") +
-                                               std::to_string(int(arg.kind)) + " for type " + type->str(); };
-  switch (type->kind()) {
-    case c10::TypeKind::TensorType: return expect(arg.kind == Kind::kValue || number);
-    case c10::TypeKind::IntType:
-    case c10::TypeKind::SymIntType:
-    case c10::TypeKind::FloatType:
-    case c10::TypeKind::SymFloatType:
-    case c10::TypeKind::BoolType:
-    case c10::TypeKind::SymBoolType:
-    case c10::TypeKind::NumberType: return expect(number);
-    case c10::TypeKind::StringType: return expect(arg.kind == Kind::kString);
-    // a functional collective's group (`Any group_name`): its registered name (Note [Collectives in programs])
-    case c10::TypeKind::AnyType: return expect(arg.kind == Kind::kString);
-    case c10::TypeKind::DeviceObjType: return expect(arg.kind == Kind::kDevice);
-    // a generator at a saved state (Note [Random ops replayed in compiled graphs]); None: the device's default
-    case c10::TypeKind::GeneratorType: return expect(arg.kind == Kind::kValue);
-    case c10::TypeKind::ScalarTypeType: return expect(arg.kind == Kind::kScalarType);
-    case c10::TypeKind::LayoutType: return expect(arg.kind == Kind::kLayout);
-    case c10::TypeKind::MemoryFormatType: return expect(arg.kind == Kind::kMemoryFormat);
-    case c10::TypeKind::ListType: {
-      c10::TypePtr element = type->castRaw<c10::ListType>()->getElementType();
-      const bool optional_elements = element->kind() == c10::TypeKind::OptionalType;
-      if (optional_elements) element = element->castRaw<c10::OptionalType>()->getElementType();
-      switch (element->kind()) {
-        case c10::TypeKind::TensorType: {
-          if (arg.kind != Kind::kValueList) return expect(false);
-          for (int64_t id : arg.list) {
-            if (id < 0 && !optional_elements) return "None in a list of tensors that may not hold None";
-          }
-          return "";
-        }
-        case c10::TypeKind::IntType:
-        case c10::TypeKind::SymIntType: return expect(arg.kind == Kind::kIntList || arg.kind == Kind::kInt);
-        case c10::TypeKind::FloatType: return expect(arg.kind == Kind::kDoubleList || arg.kind == Kind::kIntList);
-        case c10::TypeKind::BoolType: return expect(arg.kind == Kind::kBoolList || arg.kind == Kind::kIntList);
-        default: return "a list of " + element->str() + ", which programs cannot pass";
-      }
-    }
-    default: return "an argument of type " + type->str() + ", which programs cannot pass";
-  }
-}
-
-// A kernel's result is used (copied into its value's memory, or kept for later nodes to
-// read) only when it is a strided tensor inside its own storage: a few ATen ops build tensors
-// from their arguments without checking them (_reshape_alias, the sparse constructors), and
-// a program's arguments are not to be trusted (Note [Program loader checks]).
-void check_result(const at::Tensor& t, const std::string& op, const std::string& program) {
-  if (!t.defined()) return;
-  TORCH_CHECK(t.layout() == at::kStrided && t.has_storage(), "program ", program, ": ", op, " returned a ",
-              t.layout(), " tensor; programs hold strided tensors only");
-  if (t.numel() == 0) return;
-  unsigned __int128 last = uint64_t(t.storage_offset());
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    TORCH_CHECK(t.stride(d) >= 0, "program ", program, ": ", op, " returned a tensor with a negative stride");
-    last += (unsigned __int128)(t.size(d) - 1) * uint64_t(t.stride(d));
-  }
-  const unsigned __int128 bytes = (last + 1) * t.element_size();
-  TORCH_CHECK(bytes <= t.storage().nbytes(), "program ", program, ": ", op, " returned a tensor reaching byte ",
-              uint64_t(bytes > UINT64_MAX ? UINT64_MAX : bytes), " of a storage of ", t.storage().nbytes(), " bytes");
-}
-
-using Get = std::function<const at::Tensor&(int)>;
-
 
 }  // namespace
 
@@ -451,61 +252,6 @@ void ProgramExecutor::build() {
   if (device_clock_on()) describe_cost();
 }
 
-namespace {
-// A tensor with `spec`'s sizes and dtype on `device` and no memory: what the device clock reads
-// of a program value (its sizes, dtype and device), never its data.
-at::Tensor shape_of(const neuron_rt::TensorSpec& spec, c10::Device device) {
-  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device), nullptr, false);
-  const c10::DispatchKey key = device.is_cpu() ? c10::DispatchKey::CPU : c10::DispatchKey::PrivateUse1;
-  auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key),
-                                                         c10::scalarTypeToTypeMeta(scalar_type(spec.dtype)));
-  tensor.unsafeGetTensorImpl()->set_sizes_contiguous(spec.sizes);
-  return tensor;
-}
-}  // namespace
-
-// Each node is the eager op it is, with stand-ins for its values (the program has all their
-// specs: inputs, outputs and dynamic values have fixed sizes).
-std::vector<ProgramStepOperands> program_step_operands(const neuron_rt::ProgramDesc& program, c10::DeviceIndex device) {
-  const auto& values = program.values;
-  std::vector<at::Tensor> shapes(values.size());
-  auto shape = [&](int64_t id) -> const at::Tensor& {
-    if (!shapes[id].defined()) {
-      shapes[id] = shape_of(values[id].spec, values[id].on_host ? c10::Device(c10::kCPU) : c10::Device(kNeuron, device));
-    }
-    return shapes[id];
-  };
-  std::vector<ProgramStepOperands> steps;
-  steps.reserve(program.nodes.size());
-  for (const auto& node : program.nodes) {
-    ProgramStepOperands step{node.op.c_str(), {}, {}};
-    for (const ProgramArg& arg : node.args) {
-      if (arg.kind == ProgramArg::Kind::kValue && arg.integer >= 0 && size_t(arg.integer) < values.size()) {
-        step.inputs.push_back(shape(arg.integer));
-      } else if (arg.kind == ProgramArg::Kind::kValueList) {
-        for (int64_t id : arg.list) {
-          if (id >= 0 && size_t(id) < values.size()) step.inputs.push_back(shape(id));
-        }
-      }
-    }
-    for (int32_t id : node.outputs) {
-      if (id >= 0 && size_t(id) < values.size()) step.outputs.push_back(shape(id));
-    }
-    steps.push_back(std::move(step));
-  }
-  return steps;
-}
-
-// The steps' costs without the eager launch cost, summed, and one program launch are the
-// program's cost per call (DeviceClock.h, cost_of_program).
-void ProgramExecutor::describe_cost() {
-  cost_ = std::make_unique<neuron_rt::WorkCost>(cost_of_program(program_step_operands(program_, device_)));
-  cost_within_graph_ = std::make_unique<neuron_rt::WorkCost>(*cost_);
-  const uint64_t launch = uint64_t(std::llround(cost_->fixed_ns));
-  cost_within_graph_->ns -= std::min(launch, cost_within_graph_->ns);
-  cost_within_graph_->fixed_ns = 0;
-}
-
 // Note [Fixed values keep their metadata]
 // The host views of fixed values (the arena's values, constants and views of them) are built
 // once and handed to every call's kernels. A step may write a fixed value's bytes, never its
@@ -589,32 +335,6 @@ void ProgramExecutor::bind_call(RunState& state, const std::vector<at::Tensor>& 
   }
 }
 
-// NEURON_SIM_PROGRAM_PROFILE=1: time spent per op kind in programs (program_profile()), for
-// finding what a compiled graph spends its time on. Off: one branch per step.
-namespace {
-struct StepProfile {
-  std::mutex mutex;
-  std::unordered_map<std::string, std::pair<uint64_t, uint64_t>> by_name;  // calls, ns
-};
-StepProfile& step_profile() {
-  static StepProfile profile;
-  return profile;
-}
-const bool kProfileSteps = [] {
-  const char* value = std::getenv("NEURON_SIM_PROGRAM_PROFILE");
-  return value && std::string(value) == "1";
-}();
-}  // namespace
-
-std::vector<std::tuple<std::string, uint64_t, double>> program_profile(bool reset) {
-  auto& profile = step_profile();
-  std::lock_guard<std::mutex> lock(profile.mutex);
-  std::vector<std::tuple<std::string, uint64_t, double>> rows;
-  for (const auto& [name, entry] : profile.by_name) rows.emplace_back(name, entry.first, double(entry.second) * 1e-9);
-  if (reset) profile.by_name.clear();
-  return rows;
-}
-
 void ProgramExecutor::execute(RunState& state) {
   // The program's kernels are the device's own work, on host views: a Python dispatch mode
   // active on the calling thread must not see them (as it does not see a CUDA graph's
@@ -633,23 +353,6 @@ void ProgramExecutor::execute(RunState& state) {
     return;
   }
   execute_steps_profiled(state);
-}
-
-void ProgramExecutor::execute_steps_profiled(RunState& state) {
-  if (kProfileSteps) {
-    std::vector<std::pair<const std::string*, uint64_t>> times;
-    times.reserve(steps_.size());
-    execute_steps(state, &times);
-    auto& profile = step_profile();
-    std::lock_guard<std::mutex> lock(profile.mutex);
-    for (const auto& [name, ns] : times) {
-      auto& entry = profile.by_name[*name];
-      entry.first += 1;
-      entry.second += ns;
-    }
-    return;
-  }
-  execute_steps(state, nullptr);
 }
 
 void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const std::string*, uint64_t>>* times) {
@@ -752,85 +455,6 @@ void ProgramExecutor::execute_steps(RunState& state, std::vector<std::pair<const
       if (!in_place) const_cast<at::Tensor&>(slot).copy_(result);
     }
   }
-}
-
-// Note [Collectives in programs]
-// A compiled graph's functional collectives (tensor parallelism's all-reduces, DTensor's
-// gathers) run inside its program, as TorchNeuron's NEFF holds its collectives: a decode step
-// on 2 ranks is one program call, not a program per stretch between all-reduces with Python
-// and the collectives' Python wrappers between them (Note [Graphs with collectives] keeps that
-// cut for the collectives a program does not take). The lowering (compile/lowering.py) gives a
-// collective its in-place form on memory another step defines: all_reduce(x) becomes a clone
-// of x into the result's slot, then all_reduce_ on that slot; all_gather_into_tensor and
-// reduce_scatter_tensor their _out forms writing the result's slot; wait_tensor waits on the
-// slot. These steps run through the dispatcher on *device* tensors over the values' memory (the
-// process group works on neuron tensors), one per value and call: the wait finds the
-// collective's work by the tensor's storage, so a value's device tensor is made once per call
-// and reused. The collective itself is the process group's, as in eager: its timeout, its fault
-// handling, its device-clock cost (so the program's own cost leaves collective steps out).
-// A program with collectives runs on the calling thread (it is not an ATen-only program),
-// after the stream's earlier work, so its collectives are ordered as eager's.
-const at::Tensor& ProgramExecutor::device_value(RunState& state, int id) {
-  at::Tensor& made = state.device_values[id];
-  if (made.defined()) return made;
-  const auto& values = program_.values;
-  const ProgramValue& value = values[id];
-  const int root = root_[id];
-  const ProgramValue& base = values[root];
-  if (root != id) {
-    const at::Tensor& device_base = device_value(state, root);
-    made = view_of(device_base, rebased(value.spec, base.spec, device_base));
-    return made;
-  }
-  if (base.kind == ProgramValue::Kind::kInput || base.kind == ProgramValue::Kind::kOutput) {
-    made = state.device_roots[id];
-    TORCH_CHECK(made.defined(), "program ", program_.name, ": value ", id, " has no device tensor in this call");
-    return made;
-  }
-  TORCH_CHECK(base.kind == ProgramValue::Kind::kArena, "program ", program_.name, ": value ", id,
-              " is not device memory a collective can use");
-  // Its own storage over the arena (the whole buffer, holding a reference): the value's bytes at
-  // its planned offset, in its own elements.
-  const size_t element = c10::elementSize(scalar_type(value.spec.dtype));
-  TORCH_CHECK(value.index % element == 0, "program ", program_.name, ": value ", id, " at arena offset ",
-              value.index, " is not aligned to its elements");
-  c10::Storage storage(c10::Storage::use_byte_size_t(), arena_->size(), device_data_ptr(arena_), nullptr, false);
-  made = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                                  c10::scalarTypeToTypeMeta(scalar_type(value.spec.dtype)));
-  made.unsafeGetTensorImpl()->set_sizes_and_strides(value.spec.sizes, value.spec.strides,
-                                                    int64_t(value.index / element) + value.spec.offset);
-  return made;
-}
-
-void ProgramExecutor::run_collective(RunState& state, const Step& step) {
-  torch::jit::Stack stack = step.arguments;
-  for (const auto& slot : step.tensors) stack[slot.position] = device_value(state, slot.value);
-  // The functional ops' own kernels (CompositeExplicitAutograd), past autograd: they call the
-  // group's collective on these device tensors and register its work for the wait.
-  step.op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
-  if (step.collective_writes >= 0) {
-    state.in_flight.push_back(step.collective_writes);
-  } else if (!step.tensors.empty()) {
-    auto& pending = state.in_flight;
-    pending.erase(std::remove(pending.begin(), pending.end(), step.tensors[0].value), pending.end());
-  }
-}
-
-// A call that fails (a later step throws) leaves no collective running on its memory: the next
-// call reuses the arena at once, and a collective still reading or writing it would mix one
-// call's bytes into another's, on this rank and its peers (review 27, finding 1). Each collective
-// issued and not waited for is waited for here (its group's timeout bounds the wait; its own
-// failure is the group's and is not the error reported) before the step's error goes on.
-void ProgramExecutor::settle_collectives(RunState& state) noexcept {
-  static const auto wait = c10::Dispatcher::singleton().findSchemaOrThrow("_c10d_functional::wait_tensor", "");
-  for (int id : state.in_flight) {
-    try {
-      torch::jit::Stack stack{device_value(state, id)};
-      wait.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one the caller gets
-    }
-  }
-  state.in_flight.clear();
 }
 
 

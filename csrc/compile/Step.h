@@ -1,7 +1,9 @@
 // One step of a program as the executor runs it (compile/Executor.cpp builds the steps,
-// compile/DirectSteps.cpp gives a step its direct kernel). Private to compile/.
+// compile/DirectSteps.cpp gives a step its direct kernel), and the state of one call of the
+// program (compile/Executor.cpp, compile/ProgramCollectives.cpp). Private to compile/.
 //
-// Thread safety: built once by the executor's constructor, then read only.
+// Thread safety: steps are built once by the executor's constructor, then read only; a
+// RunState belongs to one call.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -39,6 +41,16 @@ struct ProgramExecutor::Step {
   std::vector<int> fixed_writes;
   // The direct path: an at::cpu::*_out kernel on the values (null: through the dispatcher).
   std::function<void(const ProgramExecutor::Step&, const std::function<const at::Tensor&(int)>&)> direct;
+};
+
+struct ProgramExecutor::RunState {
+  std::vector<at::Tensor> values;  // host views of the values that change per call
+  // Note [Collectives in programs]: the device tensors a collective step is given, made once per
+  // value and call (a wait finds its collective's work by the tensor's storage), and the device
+  // tensors of the inputs and outputs they are views of. Empty when the program has no collective.
+  std::vector<at::Tensor> device_values;
+  std::vector<at::Tensor> device_roots;
+  std::vector<int> in_flight;  // values of collectives issued and not yet waited for, in issue order
 };
 
 }  // namespace torch_neuron

@@ -1,6 +1,6 @@
 """2 ranks (regressions/_two_ranks_spawned.py): a compiled function with functional all_reduce
 (sum, avg), all_gather_into_tensor and reduce_scatter_tensor is one program that runs them
-(Note [Collectives in programs] in csrc/compile/Executor.cpp); its values equal eager's and the
+(Note [Collectives in programs] in csrc/compile/ProgramCollectives.cpp); its values equal eager's and the
 sums over both ranks' inputs computed on the CPU. A compiled tensor-parallel training step with
 collectives in its forward and backward graphs equals eager. IN_PROGRAMS=0 in the environment: the graph is
 cut at its collectives instead (the same values). Exit 0 when every rank's checks hold."""

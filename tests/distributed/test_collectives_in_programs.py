@@ -1,5 +1,5 @@
 """A compiled graph's functional collectives run inside its program (Note [Collectives in
-programs] in csrc/compile/Executor.cpp): collectives_in_programs_worker.py on 2 ranks, in
+programs] in csrc/compile/ProgramCollectives.cpp): collectives_in_programs_worker.py on 2 ranks, in
 launch-blocking mode, asynchronous mode (on shared cores and not), and with the graph cut at its
 collectives instead (NEURON_SIM_COLLECTIVES_IN_PROGRAMS=0); values equal eager's and the CPU's."""
 import os

@@ -34,7 +34,7 @@ _ENUM_ARGUMENTS = {"ScalarType": A_DTYPE, "Layout": A_LAYOUT, "MemoryFormat": A_
 
 aten = torch.ops.aten
 _funcol = torch.ops._c10d_functional
-# Collectives a program runs (Note [Collectives in programs] in csrc/compile/Executor.cpp); a graph
+# Collectives a program runs (Note [Collectives in programs] in csrc/compile/ProgramCollectives.cpp); a graph
 # with any other is cut at it (Note [Graphs with collectives], segments.py).
 IN_PROGRAM_COLLECTIVES = {_funcol.all_reduce.default, _funcol.all_gather_into_tensor.default,
                           _funcol.reduce_scatter_tensor.default, _funcol.wait_tensor.default}
@@ -337,7 +337,7 @@ class Lowering:
 
     def _collective(self, node):
         """A functional collective as in-place steps on memory other steps define (Note
-        [Collectives in programs] in csrc/compile/Executor.cpp): all_reduce(x) is a copy of x into
+        [Collectives in programs] in csrc/compile/ProgramCollectives.cpp): all_reduce(x) is a copy of x into
         the result's slot and all_reduce_ on it; all_gather_into_tensor / reduce_scatter_tensor
         write the result's slot through their _out forms; wait_tensor waits on its argument's
         memory and is that value. Every tensor a collective reads or writes stays alive (its
