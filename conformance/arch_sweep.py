@@ -50,6 +50,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 PROMPT_LEN = 8
 NEW_TOKENS = 16
+COMPILED_TOKENS = 32  # the compiled generate: past the sliding window (16) by prompt + 24 tokens
 FORWARD_SHAPE = (2, 12)
 RTOL = ATOL = 1e-4
 
@@ -57,6 +58,8 @@ OK, DIFF, ERROR, CPU_FAIL, NA = "ok", "DIFF", "ERROR", "cpu-fail", "n/a"
 NOT_COMPILED = "not compiled"
 RECOMPILE_LIMIT = "recompile limit"
 COMPILED_COLUMN = "static cache, compiled"
+GRAPHS_COLUMN = f"graphs for {COMPILED_TOKENS} tokens"
+MAX_GRAPHS = 2  # a prefill and a decode program (tests/compile/test_compile_sliding_window.py keeps it)
 
 
 def all_model_types():
@@ -140,8 +143,8 @@ def make_inputs(model, model_type, batch, length, seed):
     return allowed[torch.randint(0, len(allowed), shape, generator=gen)]
 
 
-def generation_config(model, cache_implementation=None, model_type=None, compile=False):
-    """Greedy decoding of exactly NEW_TOKENS tokens, no model-specific extras; no compilation
+def generation_config(model, cache_implementation=None, model_type=None, compile=False, new_tokens=NEW_TOKENS):
+    """Greedy decoding of exactly `new_tokens` tokens, no model-specific extras; no compilation
     unless `compile` (then transformers' automatic compilation decides, with its default
     CompileConfig: backend "neuron" on the neuron device)."""
     from transformers import GenerationConfig
@@ -151,7 +154,7 @@ def generation_config(model, cache_implementation=None, model_type=None, compile
     pad = pad if isinstance(pad, int) else 0
     suppress = special_token_ids(model.config)
     return GenerationConfig(
-        max_new_tokens=NEW_TOKENS, do_sample=False, num_beams=1, num_return_sequences=1, pad_token_id=pad,
+        max_new_tokens=new_tokens, do_sample=False, num_beams=1, num_return_sequences=1, pad_token_id=pad,
         eos_token_id=None, bos_token_id=getattr(text, "bos_token_id", None),
         suppress_tokens=suppress or None, cache_implementation=cache_implementation,
         disable_compile=not compile, **{"use_cache": True, **GENERATION_EXTRAS.get(model_type, {})})
@@ -171,9 +174,9 @@ def _forward(model, ids):
     return logits.detach().to("cpu", torch.float32)
 
 
-def _generate(model, ids, cache_implementation, model_type=None, compile=False):
+def _generate(model, ids, cache_implementation, model_type=None, compile=False, new_tokens=NEW_TOKENS):
     import torch
-    model.generation_config = generation_config(model, cache_implementation, model_type, compile)
+    model.generation_config = generation_config(model, cache_implementation, model_type, compile, new_tokens)
     with torch.no_grad():
         out = model.generate(ids, attention_mask=torch.ones_like(ids))
     out = out.sequences if hasattr(out, "sequences") else out
@@ -253,7 +256,8 @@ def check_compiled(res, device_model, gen_ids, ref, model_type):
     except Exception:
         torch_neuronx = None
     try:
-        got = _generate(device_model, gen_ids.to("neuron"), "static", model_type, compile=True)
+        got = _generate(device_model, gen_ids.to("neuron"), "static", model_type, compile=True,
+                        new_tokens=COMPILED_TOKENS)
         graphs = res["compiled_graphs"] = _compiled_graphs() - before
         if graphs > 0 and limit_hits and torch.equal(got, ref):
             res["compiled"] = RECOMPILE_LIMIT
@@ -345,6 +349,15 @@ def check_architecture(model_type, neuron=True, static=True, compiled=True, part
                 if out.shape[-1] != PROMPT_LEN + expected_new:
                     raise RuntimeError(f"generated {out.shape[-1] - PROMPT_LEN} tokens, not {expected_new}")
                 ref["static"] = out
+                if compiled:  # the compiled column's reference: COMPILED_TOKENS tokens, static cache, CPU
+                    # generate remembers the longest static cache it made (_previous_max_cache_length) and
+                    # makes none shorter after it: the neuron copy must start where ref["static"] started
+                    before = model.__dict__.get("_previous_max_cache_length")
+                    ref["static_long"] = _generate(model, gen_ids, "static", model_type, new_tokens=COMPILED_TOKENS)
+                    if before is None:
+                        model.__dict__.pop("_previous_max_cache_length", None)
+                    else:
+                        model._previous_max_cache_length = before
             except Exception as exc:
                 res["static"] = CPU_FAIL
                 if compiled:
@@ -352,8 +365,9 @@ def check_architecture(model_type, neuron=True, static=True, compiled=True, part
                 res["reason"].append(f"cpu static generate: {_short(exc)}{_where(exc)}")
         res["cpu_ok"] = "forward" in ref and "generate" in ref
         if not neuron:
-            for key in ref:
-                res[key] = OK
+            for key in ("forward", "generate", "static"):
+                if key in ref:
+                    res[key] = OK
             if compiled and "static" in ref:  # the compiled column's CPU reference is the static one
                 res["compiled"] = OK
             return res
@@ -363,8 +377,9 @@ def check_architecture(model_type, neuron=True, static=True, compiled=True, part
             try:
                 device_model = copy.deepcopy(model).to("neuron")
             except Exception as exc:
-                for key in ref:
-                    res[key] = ERROR
+                for key in ("forward", "generate", "static"):
+                    if key in ref:
+                        res[key] = ERROR
                 if compiled and "static" in ref:
                     res["compiled"] = ERROR
                 res["reason"].append(f"neuron .to(): {_short(exc)}{_where(exc)}")
@@ -402,7 +417,7 @@ def check_architecture(model_type, neuron=True, static=True, compiled=True, part
         if compiled and "static" in ref:
             if partial is not None:
                 partial(dict(res, seconds=round(time.time() - start, 2)))
-            check_compiled(res, device_model, gen_ids, ref["static"], model_type)
+            check_compiled(res, device_model, gen_ids, ref["static_long"], model_type)
         return res
     except Exception as exc:  # harness bug: recorded, the sweep goes on
         res["reason"].append(f"harness: {_short(exc)}{_where(exc)}")
@@ -643,6 +658,7 @@ def summarize(results):
 def write_compat(results, path, seconds=None, neuron=True, compiled=True):
     import torch
     import transformers
+    from conformance.tiny_configs import SLIDING_WINDOW
     runs, same, not_cpu = summarize(results)
     compiled = compiled and any("compiled" in r for r in results)
     causes = {}
@@ -661,8 +677,11 @@ def write_compat(results, path, seconds=None, neuron=True, compiled=True):
            f"without `disable_compile`, so transformers compiles the forward with "
            f"`torch.compile(backend=\"neuron\")` (its default `CompileConfig` on the neuron device; "
            f"Dynamo reset per architecture, a fresh program cache for the sweep, fallback execution off), "
-           f"and compares its tokens with the CPU static reference; it is `ok` only if "
-           f"`counters[\"neuron\"][\"compiled_graphs\"]` grew. " if compiled else "")
+           f"for {COMPILED_TOKENS} new tokens (past the sliding window of {SLIDING_WINDOW} tokens) and compares its "
+           f"tokens with the CPU static reference of as many; it is `ok` only if "
+           f"`counters[\"neuron\"][\"compiled_graphs\"]` grew, and the column \"{GRAPHS_COLUMN}\" says by how much "
+           f"(at most {MAX_GRAPHS}: a prefill and a decode program; Note [Sliding-window static caches compile once]). "
+           if compiled else "")
         + f"Made by `python -m conformance.arch_sweep --output {os.path.basename(path)}`"
         + (f" in {seconds / 60:.1f} minutes." if seconds else "."),
         "",
@@ -679,10 +698,11 @@ def write_compat(results, path, seconds=None, neuron=True, compiled=True):
         + (", `not compiled` the compiled generate ran but nothing was compiled (the reason says why), "
            "`recompile limit` identical tokens and programs were compiled, but Dynamo recompiled the forward "
            "(one program per decode step) until its `recompile_limit` and ran the later steps eagerly. "
-           "Those are the sliding-window caches: their Python int `cumulative_length_int` is guarded on, and "
-           "transformers compiles for neuron with `dynamic=False` (as the real package forces), so no automatic "
-           "dynamic; CPU Inductor with the same `CompileConfig(dynamic=False, mode=\"default\")` hits the same "
-           "limit (mistral, checked by hand), while transformers' CUDA default (`dynamic=None`) compiles 3 graphs."
+           "The sliding-window caches did that until the layer's length moved into its tensor on neuron (Note "
+           "[Sliding-window static caches compile once], python/torch_neuron_sim/compile/transformers_patches.py): "
+           "transformers keeps it in a Python int `cumulative_length_int` that Dynamo guards on, and compiles with "
+           "`dynamic=False`; CPU Inductor with the same `CompileConfig(dynamic=False, mode=\"default\")` still hits "
+           "the limit there (mistral, checked by hand)."
            if compiled else "."),
         "",
     ]
@@ -713,10 +733,10 @@ def write_compat(results, path, seconds=None, neuron=True, compiled=True):
             for cause, names in sorted(cgroups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
                 lines.append(f"- {len(names)}: `{cause.replace('`', chr(39))}`: {', '.join(names)}")
             lines.append("")
-    ccol = f" {COMPILED_COLUMN} |" if compiled else ""
+    ccol = f" {COMPILED_COLUMN} | {GRAPHS_COLUMN} |" if compiled else ""
     lines += [
         "| model_type | params | forward | generate | static generate |" + ccol + " seconds | reason on failure |",
-        "|---|---|---|---|---|" + ("---|" if compiled else "") + "---|---|",
+        "|---|---|---|---|---|" + ("---|---|" if compiled else "") + "---|---|",
     ]
     from conformance.tiny_configs import CPU_LIMITS
     for r in results:
@@ -725,7 +745,8 @@ def write_compat(results, path, seconds=None, neuron=True, compiled=True):
             reason = f"{CPU_LIMITS[r['model_type']]}. ({reason})"
         reason = reason.replace("|", "/").replace("\n", " ")
         secs = "-" if r.get("seconds") is None else f"{r['seconds']:.1f}"
-        ccell = f" {r.get('compiled', NA)} |" if compiled else ""
+        graphs = r.get("compiled_graphs")
+        ccell = f" {r.get('compiled', NA)} | {'-' if graphs is None else graphs} |" if compiled else ""
         lines.append(f"| {r['model_type']} | {_params(r['params'])} | {r['forward']} | "
                      f"{r['generate']} | {r['static']} |{ccell} {secs} | {reason} |")
     with open(path, "w") as f:

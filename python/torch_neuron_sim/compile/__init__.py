@@ -44,6 +44,11 @@ def _register_device_interface(_module):
     device_interface.register()
 
 
+def _patch_transformers_cache(cache_utils):
+    from . import transformers_patches
+    transformers_patches.install(cache_utils)
+
+
 def register():
     """Makes the Dynamo backend "neuron" available, and selects it for graphs on the neuron
     device compiled with the default backend (torch.compile(model) in a script ported from
@@ -60,5 +65,8 @@ def register():
     torch_patches.run_after_load("torch._dynamo.device_interface", _register_device_interface)
     # regional_inductor's regions on neuron run as aot_eager runs the rest (patch 5)
     torch_patches.run_after_load(torch_patches.REGIONAL_INDUCTOR, torch_patches.leave_neuron_regions_to_aot_eager)
+    # transformers' sliding-window static cache compiles once on neuron (Note [Sliding-window static
+    # caches compile once], transformers_patches.py), as transformers' cache module loads
+    torch_patches.run_after_load("transformers.cache_utils", _patch_transformers_cache)
     from . import flex_attention
     flex_attention.register()
