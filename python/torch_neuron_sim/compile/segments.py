@@ -1,6 +1,6 @@
 """Note [Graphs with collectives]
 A program runs the functional all_reduce, all_gather_into_tensor, reduce_scatter_tensor and
-wait_tensor itself (Note [Collectives in programs] in csrc/compile/Executor.cpp): a graph whose
+wait_tensor itself (Note [Collectives in programs] in csrc/compile/ProgramCollectives.cpp): a graph whose
 collectives are only those is one program. A graph with any other collective (all_to_all_single,
 broadcast, DTensor's own ops) is cut at it: each maximal run of other
 nodes becomes a segment compiled into a program as any graph is; the collectives (with

@@ -23,8 +23,10 @@ run those tests first.
 
 2. select_neuron_for_neuron_tensors(backend): wraps torch._TorchCompileInductorWrapper.__call__
    (what torch.compile(model) without a backend calls) so that a graph whose inputs are on the
-   neuron device compiles with `backend` (warning once); any other graph goes to Inductor
-   unchanged.
+   neuron device, or that makes neuron tensors (a graph resumed after a graph break may take no
+   tensor and build one, `torch.arange(n, device=neuron) + k`: Inductor then failed with
+   "KeyError: 'neuron'"), compiles with `backend` (warning once); any other graph goes to
+   Inductor unchanged.
    Why: TorchNeuron selects its backend on a Neuron device, so a script ported from CUDA that
    calls torch.compile(model) works; Inductor does not target neuron.
    Relies on: the class's name, __call__(self, model_, inputs_, *, config_patches=None), and
@@ -149,6 +151,20 @@ def run_after_load(module_name, register):
 
 # ---- 2. torch.compile(model) without a backend on neuron tensors ---------------------------
 
+def _makes_neuron_tensors(gm):
+    """Whether a graph without neuron inputs makes neuron tensors (factory calls with device="neuron",
+    as a graph resumed after a graph break may hold: `torch.arange(n, device=...) + k`)."""
+    for node in getattr(getattr(gm, "graph", None), "nodes", ()):
+        value = node.meta.get("example_value", node.meta.get("val"))
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        if any(isinstance(v, torch.Tensor) and v.device.type == "neuron" for v in values):
+            return True
+        device = node.kwargs.get("device") if node.op == "call_function" else None
+        if device is not None and torch.device(device).type == "neuron":
+            return True
+    return False
+
+
 def select_neuron_for_neuron_tensors(backend):
     """Patch 2 of Note [Patches of torch internals]: torch.compile's default (Inductor) call
     compiles a graph whose inputs are on the neuron device with `backend(gm, inputs, mode=...)`.
@@ -158,7 +174,7 @@ def select_neuron_for_neuron_tensors(backend):
         return
 
     def call(self, model_, inputs_, *, config_patches=None):
-        if any(isinstance(t, torch.Tensor) and t.device.type == "neuron" for t in inputs_):
+        if any(isinstance(t, torch.Tensor) and t.device.type == "neuron" for t in inputs_) or _makes_neuron_tensors(model_):
             if not getattr(call, "_warned", False):
                 call._warned = True
                 warnings.warn("torch.compile: the graph's inputs are on the neuron device, so TorchNeuron's backend "

@@ -24,6 +24,13 @@ generate that is the mask built before each step, where generate syncs anyway). 
 of upstream's update leaves the tensor equal to the int (upstream advances the tensor only while
 the cache is not full).
 
+Not covered: a forward that reads the length inside the compiled graph itself (called without
+position_ids, get_seq_length(); or building its masks in the graph, get_mask_sizes()). After
+compiled one-token updates that read is a device read, which breaks the graph; the values stay
+right, but such a loop still compiles per token, as transformers' own layer does there (review
+43: 20 Dynamo graphs for 14 steps against upstream's 8, both at the recompile limit). generate()
+passes position_ids and builds its masks outside the graph, so it never reads it there.
+
 What upstream would do: keep the counter in the tensor and the branches in tensor ops, as here;
 this shim goes when transformers does. Relies on: StaticSlidingWindowLayer's update(key_states,
 value_states, ...), max_cache_len (the window), keys/values of [batch, heads, window, head_dim],
