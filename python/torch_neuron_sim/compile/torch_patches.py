@@ -167,7 +167,8 @@ def _makes_neuron_tensors(gm):
 
 def select_neuron_for_neuron_tensors(backend):
     """Patch 2 of Note [Patches of torch internals]: torch.compile's default (Inductor) call
-    compiles a graph whose inputs are on the neuron device with `backend(gm, inputs, mode=...)`.
+    compiles a graph whose inputs are on the neuron device, or which makes neuron tensors, with
+    `backend(gm, inputs, mode=...)`.
     Idempotent."""
     inductor_call = torch._TorchCompileInductorWrapper.__call__
     if getattr(inductor_call, "_neuron_auto_select", False):
@@ -177,7 +178,7 @@ def select_neuron_for_neuron_tensors(backend):
         if any(isinstance(t, torch.Tensor) and t.device.type == "neuron" for t in inputs_) or _makes_neuron_tensors(model_):
             if not getattr(call, "_warned", False):
                 call._warned = True
-                warnings.warn("torch.compile: the graph's inputs are on the neuron device, so TorchNeuron's backend "
+                warnings.warn("torch.compile: the graph's tensors are on the neuron device, so TorchNeuron's backend "
                               "'neuron' compiles it (Inductor does not target neuron); pass backend='neuron' to "
                               "choose it explicitly", stacklevel=2)
             mode = "max-autotune" if self.config else None  # Inductor options or a mode: they have no effect here
