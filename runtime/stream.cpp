@@ -3,6 +3,8 @@
 #include "error.h"
 #include "spin.h"
 
+#include <algorithm>
+
 namespace neuron_rt {
 
 namespace {
@@ -41,6 +43,7 @@ Stream::Stream(int device, int id, bool launch_blocking, std::shared_ptr<Failure
 Stream::~Stream() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    flush_locked();
     stopping_ = true;
   }
   work_ready_.notify_all();
@@ -53,8 +56,8 @@ bool Stream::is_current_worker() const { return t_current_worker == this; }
 // Wakes the blocked waiters only when the first of their markers is reached: a host wait
 // behind a long queue must not cost the worker a wake-up (a system call and a context switch
 // of the waiter) per task it drains.
-void Stream::finish_one() {
-  const uint64_t completed = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
+void Stream::finish(uint64_t count) {
+  const uint64_t completed = completed_.fetch_add(count, std::memory_order_seq_cst) + count;
   if (completed >= wake_at_.load(std::memory_order_seq_cst)) {
     { std::lock_guard<std::mutex> lock(mutex_); }  // a waiter is either before its check or asleep
     work_done_.notify_all();
@@ -66,11 +69,79 @@ void Stream::push(Entry entry) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+    flush_locked();  // Note [Concatenation buffer]: what was buffered before it runs before it
     queue_.push_back(std::move(entry));
-    enqueued_.fetch_add(1, std::memory_order_acq_rel);
+    flushed_.store(enqueued_.fetch_add(1, std::memory_order_acq_rel) + 1, std::memory_order_release);
     wake = worker_sleeping_.load(std::memory_order_relaxed);
   }
   if (wake) work_ready_.notify_one();
+}
+
+// Note [Concatenation buffer]
+bool Stream::flush_locked() {
+  if (group_.empty()) return false;
+  const uint64_t count = group_.size();
+  Entry entry;
+  entry.count = count;
+  entry.task = [this, tasks = std::move(group_)]() mutable {
+    for (Task& task : tasks) {
+      if (failed()) return;  // a task of the group failed: the rest are skipped, as later tasks are
+      task();
+      task = nullptr;  // what it holds goes now, not with the group
+    }
+  };
+  group_.clear();
+  queue_.push_back(std::move(entry));
+  flushed_.store(enqueued_.load(std::memory_order_acquire), std::memory_order_release);
+  group_due_ns_.store(0, std::memory_order_relaxed);
+  groups_flushed_.fetch_add(1, std::memory_order_relaxed);
+  tasks_grouped_.fetch_add(count, std::memory_order_relaxed);
+  return worker_sleeping_.load(std::memory_order_relaxed);
+}
+
+void Stream::flush() {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    wake = flush_locked();
+  }
+  if (wake) work_ready_.notify_one();
+}
+
+size_t Stream::buffered() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return group_.size();
+}
+
+namespace {
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+bool Stream::enqueue_fusable(Task task, size_t limit, std::chrono::microseconds quiet) {
+  if (launch_blocking_) {
+    enqueue(std::move(task));
+    return true;
+  }
+  bool opened, wake;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+    opened = group_.empty();
+    group_.push_back(std::move(task));
+    enqueued_.fetch_add(1, std::memory_order_acq_rel);
+    group_due_ns_.store(steady_ns() + int64_t(quiet.count()) * 1000, std::memory_order_relaxed);
+    if (group_.size() >= std::max<size_t>(limit, 1)) {
+      wake = flush_locked();
+    } else {
+      // A sleeping worker must learn when the group falls due (one wake-up per group).
+      wake = opened && worker_sleeping_.load(std::memory_order_relaxed);
+    }
+  }
+  if (wake) work_ready_.notify_one();
+  return opened;
 }
 
 // Launch-blocking mode: tasks of several threads finish out of order; completed_ advances
@@ -152,18 +223,32 @@ std::optional<std::string> Stream::failure() const {
 
 void Stream::worker_loop() {
   t_current_worker = this;
-  uint64_t taken = 0;
+  uint64_t taken = 0;  // sequence numbers taken from the queue
   for (;;) {
     const auto poll_until =
         std::chrono::steady_clock::now() + std::chrono::microseconds(idle_poll_us_.load(std::memory_order_relaxed));
-    for (unsigned spin = 1; enqueued_.load(std::memory_order_acquire) == taken; ++spin) {
+    for (unsigned spin = 1; flushed_.load(std::memory_order_acquire) == taken; ++spin) {
       cpu_relax();
-      if (spin % 64 == 0 && std::chrono::steady_clock::now() >= poll_until) break;
+      if (spin % 64 != 0) continue;
+      const auto now = std::chrono::steady_clock::now();
+      const int64_t due = group_due_ns_.load(std::memory_order_relaxed);
+      if (now >= poll_until || (due != 0 && steady_ns() >= due)) break;
     }
     Entry entry;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       while (queue_.empty() && !stopping_) {
+        if (!group_.empty()) {  // Note [Concatenation buffer]: flushed once quiet for its interval
+          const int64_t due = group_due_ns_.load(std::memory_order_relaxed);
+          if (steady_ns() >= due) {
+            flush_locked();
+            continue;
+          }
+          worker_sleeping_.store(true, std::memory_order_relaxed);
+          work_ready_.wait_for(lock, std::chrono::nanoseconds(due - steady_ns()));
+          worker_sleeping_.store(false, std::memory_order_relaxed);
+          continue;
+        }
         worker_sleeping_.store(true, std::memory_order_relaxed);
         work_ready_.wait(lock);
         worker_sleeping_.store(false, std::memory_order_relaxed);
@@ -171,7 +256,7 @@ void Stream::worker_loop() {
       if (queue_.empty()) return;  // stopping, and nothing left to run
       entry = std::move(queue_.front());
       queue_.pop_front();
-      ++taken;
+      taken += entry.count;
     }
     if (entry.task) {
       if (!failed()) {
@@ -191,8 +276,9 @@ void Stream::worker_loop() {
     }
     // What the task holds (buffers, views) is released here, outside the stream's lock:
     // releasing memory may need other locks, and must not wait for this stream.
+    const uint64_t count = entry.count;
     entry = Entry();
-    finish_one();
+    finish(count);
   }
 }
 
@@ -212,6 +298,8 @@ void Stream::throw_failure() const {
 }
 
 bool Stream::wait_for(uint64_t marker, std::chrono::milliseconds timeout) {
+  // Note [Concatenation buffer]: a wait on a buffered task flushes the buffer.
+  if (marker > flushed_.load(std::memory_order_acquire)) flush();
   if (!is_current_worker() && !reached(marker)) {
     host_waits_.fetch_add(1, std::memory_order_relaxed);
     const auto started = std::chrono::steady_clock::now();
@@ -225,7 +313,7 @@ bool Stream::wait_for(uint64_t marker, std::chrono::milliseconds timeout) {
       }
     } account{host_wait_ns_, started};
     std::unique_lock<std::mutex> lock(mutex_);
-    // Registered before the check below; finish_one() reads wake_at_ after advancing
+    // Registered before the check below; finish() reads wake_at_ after advancing
     // completed_ (both sequentially consistent): either this check sees the task done, or
     // the worker sees the marker and notifies (taking mutex_ first, so not before the wait).
     auto awaited = awaited_.insert(marker);

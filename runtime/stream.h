@@ -27,6 +27,17 @@
 // task's exception propagates to the caller and fails nothing; once the device has failed
 // (an abort), enqueue() throws instead of running the task.
 //
+// Note [Concatenation buffer] (Adaptive Eager Execution, csrc/Concatenation.h has the
+// policy). In asynchronous mode a task enqueued with enqueue_fusable() is not handed to the
+// worker at once: it waits in the stream's buffer with those enqueued after it, and the
+// group goes to the worker as one entry (one hand-over, run in order, completing together)
+// when the buffer is flushed: by any other enqueue or marker (so the stream's order is the
+// order of enqueue, whatever kind of work), by a wait (synchronize, wait_for) on a task in
+// it, at the buffer's limit, by flush(), or by the worker once no task has joined the buffer
+// for its quiet interval. A buffered task has its sequence number when it is enqueued:
+// marker(), query() and reached() count it as enqueued and not yet finished. In
+// launch-blocking mode enqueue_fusable() is enqueue().
+//
 // Thread safety: any thread may enqueue, query, wait or abort at once. A task must not
 // wait for its own stream (it would wait for itself).
 #pragma once
@@ -43,6 +54,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "timeline.h"
 
@@ -74,6 +86,18 @@ class Stream {
 
   void enqueue(Task task);
   void enqueue_marker(Marker marker);
+  // Note [Concatenation buffer]: buffers `task` (asynchronous mode), flushing the buffer when
+  // it then holds `limit` tasks or when nothing joins it for `quiet`. Returns true when the
+  // task opened a new group (the buffer was empty).
+  bool enqueue_fusable(Task task, size_t limit, std::chrono::microseconds quiet);
+  // Hands the buffered tasks, if any, to the worker as one group. Never throws but for
+  // memory.
+  void flush();
+  // Tasks buffered now (tests).
+  size_t buffered() const;
+  // Groups handed to the worker so far, and the tasks they held (tests, benchmarks).
+  uint64_t groups_flushed() const { return groups_flushed_.load(std::memory_order_relaxed); }
+  uint64_t tasks_grouped() const { return tasks_grouped_.load(std::memory_order_relaxed); }
 
   // Sequence points (see above). Reading them never blocks.
   uint64_t marker() const { return enqueued_.load(std::memory_order_acquire); }
@@ -126,10 +150,12 @@ class Stream {
   struct Entry {
     Task task;
     Marker marker;
+    uint64_t count = 1;  // sequence numbers it covers (a group: its tasks)
   };
   void push(Entry entry);
+  bool flush_locked();  // returns whether the worker sleeps (and must be woken)
   void worker_loop();
-  void finish_one();
+  void finish(uint64_t count);
   void finish_blocking(uint64_t sequence);
   bool failed() const { return failure_state_->failed.load(std::memory_order_acquire); }
   void fail(const std::string& message, bool aborted) noexcept;
@@ -144,6 +170,14 @@ class Stream {
   std::condition_variable work_done_;
   std::deque<Entry> queue_;
   std::atomic<uint64_t> enqueued_{0};
+  // Note [Concatenation buffer]: the buffered tasks (guarded by mutex_), the sequence number
+  // up to which tasks are in the queue or done (the rest are buffered), and when the group
+  // falls due (steady-clock nanoseconds; 0 when the buffer is empty).
+  std::vector<Task> group_;
+  std::atomic<uint64_t> flushed_{0};
+  std::atomic<int64_t> group_due_ns_{0};
+  std::atomic<uint64_t> groups_flushed_{0};
+  std::atomic<uint64_t> tasks_grouped_{0};
   std::atomic<uint64_t> completed_{0};
   std::shared_ptr<FailureState> failure_state_;
   std::set<uint64_t> finished_out_of_order_;  // launch-blocking: finished after a later one; guarded by mutex_

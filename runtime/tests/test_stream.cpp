@@ -359,3 +359,85 @@ TEST(StreamAsync, ATaskSeesWhetherTheHostWaitsForItsStream) {
   EXPECT_FALSE(stream.host_waiting());
   EXPECT_GE(stream.host_wait_ns() - blocked_before, uint64_t(20'000'000));
 }
+
+// Note [Concatenation buffer]
+TEST(StreamConcatenation, BufferedTasksRunInOrderWithOtherWorkAsOneGroup) {
+  Stream stream(0, 0, /*launch_blocking=*/false);
+  std::vector<int> order;
+  const auto quiet = std::chrono::seconds(10);  // only the flushes below
+  EXPECT_TRUE(stream.enqueue_fusable([&order] { order.push_back(0); }, 1024, quiet));
+  EXPECT_FALSE(stream.enqueue_fusable([&order] { order.push_back(1); }, 1024, quiet));
+  EXPECT_EQ(stream.buffered(), 2u);
+  EXPECT_FALSE(stream.query());       // buffered work is pending work
+  EXPECT_EQ(stream.marker(), 2u);     // and has its sequence numbers
+  stream.enqueue([&order] { order.push_back(2); });  // flushes the group before it
+  EXPECT_EQ(stream.buffered(), 0u);
+  EXPECT_TRUE(stream.enqueue_fusable([&order] { order.push_back(3); }, 1024, quiet));
+  stream.synchronize();  // flushes
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(stream.groups_flushed(), 2u);
+  EXPECT_EQ(stream.tasks_grouped(), 3u);
+  EXPECT_TRUE(stream.query());
+}
+
+TEST(StreamConcatenation, LimitAndQuietIntervalFlush) {
+  Stream stream(0, 0, /*launch_blocking=*/false);
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 7; ++i) stream.enqueue_fusable([&ran] { ran.fetch_add(1); }, 3, std::chrono::seconds(10));
+  EXPECT_EQ(stream.buffered(), 1u);  // two groups of 3 went at the limit
+  EXPECT_EQ(stream.groups_flushed(), 2u);
+  // Nobody waits: the worker flushes the last task once nothing joined it for 1 ms.
+  stream.enqueue_fusable([&ran] { ran.fetch_add(1); }, 1024, std::chrono::milliseconds(1));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ran.load() < 8 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(ran.load(), 8);
+  EXPECT_EQ(stream.buffered(), 0u);
+}
+
+TEST(StreamConcatenation, EventsAndWaitsSeeBufferedWork) {
+  Stream stream(0, 0, /*launch_blocking=*/false);
+  std::atomic<int> value{0};
+  stream.enqueue_fusable([&value] { value.store(1); }, 1024, std::chrono::seconds(10));
+  const uint64_t marker = stream.marker();
+  Event event;
+  event.record(stream);  // a marker: flushes the group before it
+  EXPECT_TRUE(event.wait_for(std::chrono::seconds(10)));
+  EXPECT_EQ(value.load(), 1);
+  stream.enqueue_fusable([&value] { value.store(2); }, 1024, std::chrono::seconds(10));
+  EXPECT_TRUE(stream.wait_for(stream.marker(), std::chrono::seconds(10)));  // flushes, then waits
+  EXPECT_TRUE(stream.reached(marker));
+  EXPECT_EQ(value.load(), 2);
+}
+
+TEST(StreamConcatenation, AFailingTaskSkipsTheRestOfItsGroupAndIsReportedAtTheWait) {
+  Stream stream(0, 0, /*launch_blocking=*/false);
+  std::atomic<int> ran{0};
+  stream.enqueue_fusable([&ran] { ran.fetch_add(1); }, 1024, std::chrono::seconds(10));
+  stream.enqueue_fusable([] { throw std::runtime_error("aten::bad: boom"); }, 1024, std::chrono::seconds(10));
+  stream.enqueue_fusable([&ran] { ran.fetch_add(1); }, 1024, std::chrono::seconds(10));
+  try {
+    stream.synchronize();
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("aten::bad: boom"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_TRUE(stream.query());  // every task counted as finished (run or skipped)
+}
+
+TEST(StreamConcatenation, DestroyingTheStreamRunsWhatIsBuffered) {
+  std::atomic<int> ran{0};
+  {
+    Stream stream(0, 0, /*launch_blocking=*/false);
+    stream.enqueue_fusable([&ran] { ran.fetch_add(1); }, 1024, std::chrono::seconds(10));
+  }
+  EXPECT_EQ(ran.load(), 1);
+}
+
+TEST(StreamConcatenation, LaunchBlockingRunsAtOnce) {
+  Stream stream(0, 0, /*launch_blocking=*/true);
+  int ran = 0;
+  stream.enqueue_fusable([&ran] { ++ran; }, 1024, std::chrono::seconds(10));
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(stream.buffered(), 0u);
+}
