@@ -31,6 +31,7 @@ test: test-runtime test-runtime-sanitizers test-python test-python-guarded
 
 bench: build torchtitan-venv vllm-venv
 	$(PY) bench/bench.py --output BENCHMARKS.md
+	$(PY) bench/aee.py --output BENCHMARKS.md
 	$(VLLM_VENV)/bin/python bench/vllm_serving.py --output BENCHMARKS.md
 
 # Full conformance sweeps (not in CI): every OpInfo against CPU -> COVERAGE.md, every

@@ -82,24 +82,35 @@ def decode(dtype, tokens):
     return make
 
 
-def decode_modes(dtype, tokens, calls):
-    """Asynchronous against launch-blocking decode: one child process per mode (the mode is fixed
-    when the runtime starts), both loaded, then driven call by call, alternating A B B A, so drift
-    of the machine's speed hits both alike; returns (tokens/s, host waits per token, seconds
-    the host was blocked per token) per mode (medians) and the median of the ratios of neighbouring calls async/blocking."""
+# The eager execution modes the decode rows compare (the mode is fixed when the runtime starts):
+# launch-blocking, asynchronous, and asynchronous with Adaptive Eager Execution (Note [Adaptive
+# Eager Execution]: TORCH_NEURONX_ENABLE_CONCATENATION=1).
+DECODE_MODES = {
+    "blocking": {"NEURON_LAUNCH_BLOCKING": "1"},
+    "async": {"NEURON_LAUNCH_BLOCKING": "0", "TORCH_NEURONX_ENABLE_CONCATENATION": "0"},
+    "aee": {"NEURON_LAUNCH_BLOCKING": "0", "TORCH_NEURONX_ENABLE_CONCATENATION": "1"},
+}
+
+
+def decode_modes(dtype, tokens, calls, modes=("async", "blocking")):
+    """Eager decode in several modes: one child process per mode, all loaded, then driven call by
+    call in a rotating order, so drift of the machine's speed hits all alike. Returns per mode the
+    medians of (tokens/s, host waits per token, seconds the host was blocked per token, predicted
+    device ms per token, launches per token, ops per concatenation group), and per mode the median
+    of the ratios of each call's speed to the neighbouring launch-blocking call's."""
     children, logs = {}, {}
-    for mode in ("0", "1"):
+    for mode in modes:
         logs[mode] = tempfile.TemporaryFile("w+")
         children[mode] = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "decode_mode.py"), "--dtype", dtype, "--tokens", str(tokens)],
-            env=dict(os.environ, NEURON_LAUNCH_BLOCKING=mode), stdin=subprocess.PIPE,
+            env=dict(os.environ, **DECODE_MODES[mode]), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=logs[mode], text=True)
 
     def failed(mode, what):
         children[mode].kill()
         children[mode].wait()
         logs[mode].seek(0)
-        return RuntimeError(f"decode_mode.py ({dtype}, NEURON_LAUNCH_BLOCKING={mode}) {what}; its stderr:\n"
+        return RuntimeError(f"decode_mode.py ({dtype}, {DECODE_MODES[mode]}) {what}; its stderr:\n"
                             + logs[mode].read()[-3000:])
 
     try:
@@ -112,19 +123,20 @@ def decode_modes(dtype, tokens, calls):
             child.stdin.write("go\n")
             child.stdin.flush()
             answer = child.stdout.readline().split()
-            if len(answer) != 3:
+            if len(answer) != 7:
                 raise failed(mode, "failed")
-            seconds, waits, blocked = answer
-            return float(seconds), int(waits), float(blocked)
+            return [float(value) for value in answer]
 
-        results = {"0": [], "1": []}
-        ratios = []
+        results = {mode: [] for mode in modes}
+        ratios = {mode: [] for mode in modes}
         for i in range(calls):
-            order = ("0", "1") if i % 2 == 0 else ("1", "0")
+            order = modes[i % len(modes):] + modes[:i % len(modes)]
+            if (i // len(modes)) % 2:
+                order = order[::-1]
             got = {mode: call(mode) for mode in order}
             for mode, value in got.items():
                 results[mode].append(value)
-            ratios.append(got["1"][0] / got["0"][0])  # time blocking / time async = speed async / blocking
+                ratios[mode].append(got["blocking"][0] / value[0])  # speed of mode / launch-blocking
     finally:
         for mode, child in children.items():
             if child.poll() is None:
@@ -133,9 +145,12 @@ def decode_modes(dtype, tokens, calls):
             logs[mode].close()
     medians = {mode: (tokens / statistics.median(r[0] for r in runs),
                       statistics.median(r[1] for r in runs) / tokens,
-                      statistics.median(r[2] for r in runs) / tokens)
+                      statistics.median(r[2] for r in runs) / tokens,
+                      statistics.median(r[3] for r in runs) / tokens,
+                      statistics.median(r[4] for r in runs) / tokens,
+                      statistics.median(r[6] / r[5] for r in runs) if all(r[5] for r in runs) else 0.0)
                for mode, runs in results.items()}
-    return medians, statistics.median(ratios)
+    return medians, {mode: statistics.median(values) for mode, values in ratios.items()}
 
 
 def free_port():
@@ -414,10 +429,10 @@ def main():
                  f"{few / many:.2f}", "ownership is O(1): target ~1.0 (was 0.15)"))
     for dtype in ("float32", "bfloat16"):
         modes, ratio = decode_modes(dtype, tokens, max(40, 8 * args.repeats))
-        (async_speed, async_waits, async_blocked), (blocking_speed, _, _) = modes["0"], modes["1"]
+        (async_speed, async_waits, async_blocked, _, _, _), blocking_speed = modes["async"], modes["blocking"][0]
         rows.append((f"asynchronous vs launch-blocking decode, {tokens} tokens, {dtype}",
                      f"{async_speed:.1f} tok/s", f"{blocking_speed:.1f} tok/s (launch-blocking)",
-                     f"{ratio:.2f}",
+                     f"{ratio['async']:.2f}",
                      f"host waits per token: {async_waits:.2f} async, "
                      f"blocked {async_blocked * 1e6:.0f} µs per token; "
                      f"target >= 1.0"))

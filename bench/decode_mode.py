@@ -1,7 +1,9 @@
 """One side of the asynchronous-vs-launch-blocking decode benchmark. bench/bench.py starts one
 child per mode (the mode is fixed when the runtime starts) and alternates them call by call:
 each line read on stdin runs one greedy decode of the demo model on neuron and answers
-"<seconds> <host waits> <seconds the host was blocked in them>", so both modes see the same machine within a fraction of a second
+"<seconds> <host waits> <seconds the host was blocked in them> <predicted device ms> <launches>
+<concatenation groups> <ops in them>" (the predicted Trainium time and the launches of the call, the
+groups of Note [Adaptive Eager Execution]), so every mode sees the same machine within a fraction of a second
 (these machines' speed drifts by tens of percent over seconds)."""
 import argparse
 import os
@@ -36,13 +38,23 @@ def main():
     for _ in sys.stdin:
         _, waits_before = counters()
         waited_before = torch_neuronx._sim._C.stream_wait_seconds()
+        device_before = torch_neuronx.device_time()
+        groups_before, grouped_before = torch_neuronx._sim._C.concatenation_counters()
+        torch_neuronx._sim._C._count_launches(True)
         start = time.perf_counter()
         generate()
         torch.neuron.synchronize()
         elapsed = time.perf_counter() - start
+        launches = torch_neuronx._sim._C._launch_counts()
+        torch_neuronx._sim._C._count_launches(False)
         _, waits_after = counters()
         waited = torch_neuronx._sim._C.stream_wait_seconds() - waited_before
-        print(f"{elapsed} {waits_after - waits_before} {waited}", flush=True)
+        device_ms = torch_neuronx.device_time() - device_before
+        groups, grouped = (after - before for after, before in
+                           zip(torch_neuronx._sim._C.concatenation_counters(), (groups_before, grouped_before)))
+        # one launch per op, less the ops that joined a group (the group's launch is its first op's)
+        count = sum(launches.values()) - launches.get("fused", 0)
+        print(f"{elapsed} {waits_after - waits_before} {waited} {device_ms} {count} {groups} {grouped}", flush=True)
 
 
 if __name__ == "__main__":

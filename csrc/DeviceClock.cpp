@@ -478,9 +478,11 @@ LaunchCost cost_of(const Launch& launch) {
     return result;
   }
   result.part_count = describe(launch, result.parts);
-  const bool in_program = program_steps_depth > 0;
+  // A program's steps, and an op that joined a concatenation group (Note [Adaptive Eager
+  // Execution]: the group's launch is its first op's), pay no launch of their own.
+  const bool no_launch = program_steps_depth > 0 || launch.path == LaunchPath::kFused;
   for (int i = 0; i < result.part_count; ++i) {
-    if (in_program) result.parts[i].eager_launch = false;
+    if (no_launch) result.parts[i].eager_launch = false;
     add_cost(result.cost, model.cost(result.parts[i]));
   }
   return result;

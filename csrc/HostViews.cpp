@@ -199,7 +199,7 @@ void HostCall::sync_argument(const at::Tensor& original, const at::Tensor& view)
   }
 }
 
-void enqueue_views(HostCall& call, std::function<void()> work) {
+void enqueue_views(HostCall& call, std::function<void()> work, const char* name, bool fusable) {
   std::vector<neuron_rt::BufferRef> buffers;
   for (auto& entry : call.views) buffers.push_back(buffer_ref_of(entry.second));
   // No redirect in a queued kernel: its outputs are preallocated (their memory lent to it),
@@ -207,17 +207,30 @@ void enqueue_views(HostCall& call, std::function<void()> work) {
   // enqueuing thread may have taken meanwhile (it could not wait for it: Note [Buffers]).
   neuron_rt::Stream& stream = current_stream(call.device);
   const int threads = kernel_threads_setting();
-  NEURON_RT_CALL(stream.enqueue([work = std::move(work), buffers = std::move(buffers), &stream, threads]() mutable {
+  const bool concatenate = fusable && concatenating();
+  auto task = [work = std::move(work), buffers = std::move(buffers), &stream, threads,
+               name = concatenate ? name : nullptr]() mutable {
     use_kernel_threads(stream, threads);
     neuron_rt::GuardScope guard;
     for (auto& buffer : buffers) guard.add(buffer.get());
     try {
       work();
     } catch (const c10::Error& error) {
-      throw std::runtime_error(error.what_without_backtrace());  // the stream keeps the message
+      // the stream keeps the message; in a concatenation group, it names the op that failed
+      if (name) throw std::runtime_error(std::string(name) + " (in a fused group): " + error.what_without_backtrace());
+      throw std::runtime_error(error.what_without_backtrace());
+    } catch (const std::exception& error) {
+      if (name) throw std::runtime_error(std::string(name) + " (in a fused group): " + error.what());
+      throw;
     }
     work = nullptr;  // the views it holds go before the buffers they borrow from
-  }));
+  };
+  if (concatenate) {
+    NEURON_RT_CALL(stream.enqueue_fusable(std::move(task), concatenation_limit(), concatenation_quiet(),
+                                          concatenation_flush_when_idle()));
+  } else {
+    NEURON_RT_CALL(stream.enqueue(std::move(task)));
+  }
 }
 
 }  // namespace torch_neuron

@@ -65,9 +65,14 @@ struct HostCall {
   void sync_argument(const at::Tensor& original, const at::Tensor& view);
 };
 
-// Queues `work` on the current stream of `call.device` (the caller has noted the launch). The
+// Queues `work` on the current stream of `call.device` (the caller notes the launch). The
 // task holds the buffers of every view the call made and opens them under the memory guard;
-// `work` must hold host views and fresh CPU tensors only (no tensor Python owns).
-void enqueue_views(HostCall& call, std::function<void()> work);
+// `work` must hold host views and fresh CPU tensors only (no tensor Python owns). With
+// `fusable` (an op the concatenation heuristics admit, named `name`) and concatenation on
+// (Note [Adaptive Eager Execution], Launch.h), the task joins the stream's concatenation
+// buffer (the host's grouping; the clock's is the seam's, Launch.cpp), and an error it raises
+// names the op.
+void enqueue_views(HostCall& call, std::function<void()> work, const char* name = nullptr,
+                         bool fusable = false);
 
 }  // namespace torch_neuron

@@ -1,6 +1,8 @@
 #include "Launch.h"
 
 #include <ATen/Config.h>
+#include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/Parallel.h>
 #if AT_PARALLEL_OPENMP
 #include <omp.h>
@@ -8,18 +10,23 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <atomic>
 #include <limits>
+#include <cstring>
 #include <mutex>
+#include <string>
+#include <unordered_map>
 
 #include "HostWait.h"
 #include "NeuronLogging.h"
 #include "OpTracking.h"
+#include "kernels/OpPlan.h"
 
 namespace torch_neuron {
 
 const char* launch_path_name(LaunchPath path) {
-  static const char* names[kLaunchPaths] = {"direct", "generic", "queued", "program", "collective", "copy"};
+  static const char* names[kLaunchPaths] = {"direct", "generic", "queued", "program", "collective", "copy", "fused"};
   return names[size_t(path)];
 }
 
@@ -35,6 +42,40 @@ int64_t inline_bytes_limit() {
   }();
   return limit;
 }
+
+namespace {
+int64_t env_integer(const char* name, int64_t fallback, int64_t minimum) {
+  const char* value = std::getenv(name);
+  if (!value || !*value) return fallback;
+  char* end = nullptr;
+  const long long parsed = std::strtoll(value, &end, 10);
+  TORCH_CHECK(end && *end == '\0' && parsed >= minimum, name, "=", value, " is not an integer >= ", minimum,
+              "; unset it or give one");
+  return parsed;
+}
+std::atomic<int> concatenation_mode{-1};
+}  // namespace
+
+// Note [Adaptive Eager Execution]
+bool concatenating() {
+  static const bool enabled = env_integer("TORCH_NEURONX_ENABLE_CONCATENATION", 0, 0) != 0;
+  const int mode = concatenation_mode.load(std::memory_order_relaxed);
+  if (!(mode < 0 ? enabled : mode > 0) || runtime().launch_blocking()) return false;
+  return !at::globalContext().deterministicAlgorithms();
+}
+size_t concatenation_limit() {
+  static const size_t limit = size_t(env_integer("TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT", 1024, 1));
+  return limit;
+}
+std::chrono::microseconds concatenation_quiet() {
+  static const std::chrono::microseconds quiet{env_integer("NEURON_SIM_CONCATENATION_QUIET_US", 200, 0)};
+  return quiet;
+}
+bool concatenation_flush_when_idle() {
+  static const bool when_idle = env_integer("TORCH_NEURONX_CONCATENATION_QUEUE_LOW_THRESHOLD", 1, 0) > 0;
+  return when_idle;
+}
+void set_concatenation(int mode) { concatenation_mode.store(mode < 0 ? -1 : mode > 0 ? 1 : 0); }
 
 bool runs_at_call_when_idle(int64_t bytes, c10::DeviceIndex device) {
   const int64_t limit = inline_bytes_limit();
@@ -63,6 +104,7 @@ void synchronize_stream(neuron_rt::Stream& stream) {
     log(LogLevel::kDebug, "host waits for neuron:" + std::to_string(stream.device()) + " stream " +
                               std::to_string(stream.id()) + (op ? " in " + op->name() : std::string()));
   }
+  end_concatenation_group(stream);  // Note [Adaptive Eager Execution]: a synchronisation ends a group
   without_gil([&] { NEURON_RT_CALL(stream.synchronize()); });
 }
 
@@ -78,11 +120,109 @@ void use_kernel_threads(const neuron_rt::Stream& stream, int threads) {  // Note
 
 // ---- the seam -----------------------------------------------------------------------------
 
+namespace {
+// Note [Adaptive Eager Execution]: which launches a concatenation group admits, by name (the
+// names launches carry are interned: a plan's, or a literal).
+bool fusable_name(const char* name) {
+  thread_local std::unordered_map<const char*, bool> known;
+  auto it = known.find(name);
+  if (it != known.end()) return it->second;
+  const std::string text(name);
+  const size_t dot = text.find('.');
+  bool fusable = false;
+  if (dot != std::string::npos) {
+    auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName(text.substr(0, dot), text.substr(dot + 1)));
+    fusable = op && fusable_op(*op);
+  } else {
+    // The direct path names an op without its overload ("aten::add", "aten::pow"): the
+    // overloads it runs are these.
+    for (const char* overload : {"", "Tensor", "Scalar", "Tensor_Scalar", "dim", "dim_IntList", "default"}) {
+      auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName(text, overload));
+      if (op && fusable_op(*op)) {
+        fusable = true;
+        break;
+      }
+    }
+  }
+  known.emplace(name, fusable);
+  return fusable;
+}
+// A copy within the device (a conversion, a strided copy) is elementwise work a group admits;
+// a copy to or from the host ends the group (a host read is a boundary).
+bool within_device(const LaunchOperands& operands) {
+  bool any = false, all = true;
+  auto see = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    any = true;
+    all = all && t.device().type() == kNeuron;
+  };
+  for (const at::Tensor& t : operands.inputs) see(t);
+  for (const at::Tensor& t : operands.outputs) see(t);
+  return any && all;
+}
+
+struct OpenGroups {
+  std::mutex mutex;
+  std::unordered_map<const neuron_rt::Stream*, size_t> ops;  // the open group's ops per stream
+};
+OpenGroups& open_groups() {
+  static auto* groups = new OpenGroups();  // never destroyed: launches may come during exit
+  return *groups;
+}
+
+// The path the clock and the counters see: an op that joins its stream's open group is kFused.
+LaunchPath grouped_path(const Launch& launch) {
+  bool fusable = false;
+  switch (launch.path) {
+    case LaunchPath::kDirect:
+    case LaunchPath::kGeneric:
+    case LaunchPath::kQueued:
+      fusable = fusable_name(launch.name);
+      break;
+    case LaunchPath::kCopy:
+      fusable = std::strcmp(launch.name, "aten::copy_") == 0 && within_device(launch.operands);
+      break;
+    default:
+      break;
+  }
+  const neuron_rt::Stream* stream = launch.stream ? launch.stream : &current_stream(launch.device);
+  OpenGroups& groups = open_groups();
+  std::lock_guard<std::mutex> lock(groups.mutex);
+  if (!fusable) {
+    groups.ops.erase(stream);
+    return launch.path;
+  }
+  size_t& ops = groups.ops[stream];
+  if (ops > 0 && ops < concatenation_limit()) {
+    ++ops;
+    return LaunchPath::kFused;
+  }
+  ops = 1;  // opens a group: its launch is the group's
+  return launch.path;
+}
+}  // namespace
+
+void end_concatenation_group(const neuron_rt::Stream& stream) {
+  OpenGroups& groups = open_groups();
+  std::lock_guard<std::mutex> lock(groups.mutex);
+  groups.ops.erase(&stream);
+}
+
 namespace detail {
 std::atomic<bool> launch_observed{false};
 std::array<std::atomic<LaunchObserver*>, kLaunchObserverSlots> launch_observers{};
 
 void notify_launch_observers(const Launch& launch) {
+  if (launch.device >= 0 && launch.path != LaunchPath::kFused && concatenating()) {
+    const LaunchPath path = grouped_path(launch);
+    if (path != launch.path) {
+      const Launch grouped{path, launch.name, launch.device, launch.stream, launch.operands};
+      for (auto& slot : launch_observers) {
+        if (LaunchObserver* observer = slot.load(std::memory_order_acquire)) observer->on_launch(grouped);
+      }
+      return;
+    }
+  }
   for (auto& slot : launch_observers) {
     if (LaunchObserver* observer = slot.load(std::memory_order_acquire)) observer->on_launch(launch);
   }

@@ -23,6 +23,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 
@@ -44,9 +45,11 @@ enum class LaunchPath : uint8_t {
   kProgram,     // a compiled program, at the call or queued (compile/Executor.cpp)
   kCollective,  // a collective or point-to-point transfer (distributed/)
   kCopy,        // a copy between host and device or within the device (kernels/Minimal.cpp)
+  kFused,       // an eager op that joined an open concatenation group (Note [Adaptive Eager Execution]):
+                // its work is costed, its launch is the group's (the op that opened it, kQueued)
 };
-constexpr int kLaunchPaths = 6;
-// "direct", "generic", "queued", "program", "collective", "copy".
+constexpr int kLaunchPaths = 7;
+// "direct", "generic", "queued", "program", "collective", "copy", "fused".
 const char* launch_path_name(LaunchPath path);
 
 // ---- the policy ---------------------------------------------------------------------------
@@ -112,6 +115,59 @@ bool runs_at_call_when_idle(int64_t bytes, c10::DeviceIndex device);
 // matmuls keep MKL's own per-thread setting.
 int kernel_threads_setting();
 void use_kernel_threads(const neuron_rt::Stream& stream, int threads);
+
+// Note [Adaptive Eager Execution]
+// TorchNeuron's AEE (its source calls it the concatenation engine): queued eager ops are
+// analysed and sent to the device fused into single calls, with the same stream order, numerics
+// and determinism as unfused execution. Opt-in, as in the real package's source:
+// TORCH_NEURONX_ENABLE_CONCATENATION=1, in asynchronous mode (NEURON_LAUNCH_BLOCKING=0; in
+// launch-blocking mode nothing waits to be fused); whether 2.33 turns it on by default is not
+// documented. Off under torch.use_deterministic_algorithms() (torch.set_deterministic_debug_mode
+// sets the same flag), as the real package documents; checked at each op.
+// Which ops fuse (OpPlan::fusable, fusable_op): every op ATen tags pointwise, the reductions and
+// data movement between them in a model's step (a norm's mean, softmax, cat, clone, a
+// conversion within the device). Anything else ends a group: a matmul, attention, a scatter, a
+// random draw, a copy to or from the host (item(), print, .cpu()), a compiled program, a
+// collective; so do a synchronisation, an event record or wait, and the buffer limit
+// (TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT, default 1024 ops as in the real package).
+// Two views of one policy:
+//  - the device clock (the seam, Launch.cpp): per stream, an admitted launch joins the open group
+//    and is noted kFused (its work costed, no launch of its own); the op that opens a group keeps
+//    its path and pays the group's launch. This follows the sequence of launches only, not where
+//    or when the host runs them, so predictions do not depend on the host's timing.
+//  - the host (Note [Concatenation buffer], runtime/stream.h): an admitted op that is queued joins
+//    its stream's buffer instead of being handed to the worker alone; the buffer goes to the
+//    worker as one task at the boundaries above, as soon as the worker has nothing else to run
+//    (TORCH_NEURONX_CONCATENATION_QUEUE_LOW_THRESHOLD, the real package's knob for its queue's
+//    low mark: here any value >= 1, the default, means "the queue is empty"; 0 leaves a group
+//    until a boundary or its quiet interval), or once no op joined it for a quiet interval
+//    (NEURON_SIM_CONCATENATION_QUIET_US, ours, default 200 us; the real package's is not
+//    documented). So groups form while the worker is busy (behind a matmul), and an idle worker
+//    is never kept waiting: measured on the demo model's decode (2 cores, bench/aee.py's modes,
+//    24 calls each), keeping the group until a boundary made the host 5-10% slower than
+//    asynchronous mode without AEE, since the ops after a buffered group found the stream busy
+//    and were queued instead of run at the call; taking it when idle gave back that speed.
+//    The task runs the same ATen kernels in the same order with the same thread
+//    count (Note [Kernel threads]), so its bits are the unfused run's by construction
+//    (tests/device/test_aee.py compares every sample of OpInfo's elementwise sets both ways).
+//    Small ops on an idle stream still run at the call (Note [Small ops on an idle stream]; a
+//    buffered group makes the stream busy, so the ops after it are queued and join it).
+// Errors: meta, device and overlap checks stay at the call; a kernel that fails in a group
+// fails the stream (Note [Sticky stream errors]) with a message naming its op, raised at the
+// next synchronisation as an unfused queued op's is, and the group's later ops are skipped.
+// Differences from the real engine: a group computes with its ops' own kernels (no one-loop
+// kernel that could fail to build, so no per-op fallback is needed), and on the clock a group
+// saves launches, not the HBM traffic of its intermediates; the queue's low threshold is a
+// switch (empty or not), not a count.
+bool concatenating();
+size_t concatenation_limit();
+bool concatenation_flush_when_idle();
+std::chrono::microseconds concatenation_quiet();
+// Tests: -1 follows the environment, 0 off, 1 on (asynchronous mode still required).
+void set_concatenation(int mode);
+// Ends `stream`'s open group on the device clock (a synchronisation; the runtime's buffer is
+// flushed by the wait itself).
+void end_concatenation_group(const neuron_rt::Stream& stream);
 
 
 // ---- the seam -----------------------------------------------------------------------------

@@ -222,6 +222,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("stream_counters", [] {  // (tasks enqueued, host waits that blocked), all streams
     return py::make_tuple(all_streams(&neuron_rt::Stream::enqueued), all_streams(&neuron_rt::Stream::host_waits));
   });
+  // Note [Adaptive Eager Execution]: (groups sent to the workers, ops they held), all streams;
+  // whether concatenation is on for this thread now; the tests' switch (-1: the environment).
+  m.def("concatenation_counters", [] {
+    return py::make_tuple(all_streams(&neuron_rt::Stream::groups_flushed), all_streams(&neuron_rt::Stream::tasks_grouped));
+  });
+  m.def("concatenating", [] { return concatenating(); });
+  m.def("concatenation_buffered", [] {  // ops buffered now on the current stream of the current device
+    return current_stream(c10::DeviceIndex(runtime().current_device())).buffered();
+  });
+  m.def("_set_concatenation", [](int mode) { set_concatenation(mode); }, py::arg("mode"));
   m.def("idle_poll_us", [] { return int64_t(runtime().stream(0, 0).idle_poll().count()); });  // Stream::kIdlePoll
   m.def("stream_wait_seconds", [] {  // time the host spent blocked in those waits, all streams
     return double(all_streams(&neuron_rt::Stream::host_wait_ns)) * 1e-9;

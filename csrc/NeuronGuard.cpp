@@ -73,11 +73,13 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 stream.device_index(), ".");
     if (!*event) *event = new neuron_rt::Event();
     auto& s = NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id())));
+    end_concatenation_group(s);  // Note [Adaptive Eager Execution]: an event ends a group
     as_event(*event)->record(s);
   }
   void block(void* event, const c10::Stream& stream) const override {
     if (!event) return;
     auto& s = NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id())));
+    end_concatenation_group(s);
     as_event(event)->wait(s);
   }
   bool queryEvent(void* event) const override { return !event || NEURON_RT_CALL(as_event(event)->query()); }

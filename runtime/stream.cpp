@@ -120,7 +120,7 @@ int64_t steady_ns() {
 }
 }  // namespace
 
-bool Stream::enqueue_fusable(Task task, size_t limit, std::chrono::microseconds quiet) {
+bool Stream::enqueue_fusable(Task task, size_t limit, std::chrono::microseconds quiet, bool starving) {
   if (launch_blocking_) {
     enqueue(std::move(task));
     return true;
@@ -132,12 +132,13 @@ bool Stream::enqueue_fusable(Task task, size_t limit, std::chrono::microseconds 
     opened = group_.empty();
     group_.push_back(std::move(task));
     enqueued_.fetch_add(1, std::memory_order_acq_rel);
-    group_due_ns_.store(steady_ns() + int64_t(quiet.count()) * 1000, std::memory_order_relaxed);
+    group_due_ns_.store(starving ? steady_ns() : steady_ns() + int64_t(quiet.count()) * 1000,
+                        std::memory_order_relaxed);
     if (group_.size() >= std::max<size_t>(limit, 1)) {
       wake = flush_locked();
     } else {
       // A sleeping worker must learn when the group falls due (one wake-up per group).
-      wake = opened && worker_sleeping_.load(std::memory_order_relaxed);
+      wake = (opened || starving) && worker_sleeping_.load(std::memory_order_relaxed);
     }
   }
   if (wake) work_ready_.notify_one();

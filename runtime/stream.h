@@ -34,7 +34,8 @@
 // when the buffer is flushed: by any other enqueue or marker (so the stream's order is the
 // order of enqueue, whatever kind of work), by a wait (synchronize, wait_for) on a task in
 // it, at the buffer's limit, by flush(), or by the worker once no task has joined the buffer
-// for its quiet interval. A buffered task has its sequence number when it is enqueued:
+// for its quiet interval, or, when the tasks ask for it (`starving`), by the worker as soon as
+// it has nothing else to run. A buffered task has its sequence number when it is enqueued:
 // marker(), query() and reached() count it as enqueued and not yet finished. In
 // launch-blocking mode enqueue_fusable() is enqueue().
 //
@@ -87,9 +88,10 @@ class Stream {
   void enqueue(Task task);
   void enqueue_marker(Marker marker);
   // Note [Concatenation buffer]: buffers `task` (asynchronous mode), flushing the buffer when
-  // it then holds `limit` tasks or when nothing joins it for `quiet`. Returns true when the
-  // task opened a new group (the buffer was empty).
-  bool enqueue_fusable(Task task, size_t limit, std::chrono::microseconds quiet);
+  // it then holds `limit` tasks or when nothing joins it for `quiet`; with `starving` the worker
+  // also takes the buffer as soon as it has nothing else to run. Returns true when the task
+  // opened a new group (the buffer was empty).
+  bool enqueue_fusable(Task task, size_t limit, std::chrono::microseconds quiet, bool starving = false);
   // Hands the buffered tasks, if any, to the worker as one group. Never throws but for
   // memory.
   void flush();

@@ -334,9 +334,12 @@ void enqueue(const OpPlan& plan, const c10::OperatorHandle& op, torch::jit::Stac
   for (const at::Tensor& out : new_outputs) output_views.push_back(call.to_host(out));
   note_launch(LaunchPath::kQueued, plan.name.c_str(), device,
               LaunchOperands::boxed(c10::ArrayRef<c10::IValue>(arguments, num_arguments), results));
-  enqueue_views(call, [&plan, op, args = std::move(args), output_views = std::move(output_views), device]() mutable {
-    launch_on_host(plan, op, std::move(args), output_views, device);
-  });
+  enqueue_views(
+      call,
+      [&plan, op, args = std::move(args), output_views = std::move(output_views), device]() mutable {
+        launch_on_host(plan, op, std::move(args), output_views, device);
+      },
+      plan.name.c_str(), plan.fusable);
   stack->resize(begin);
   stack->insert(stack->end(), results.begin(), results.end());
 }

@@ -182,7 +182,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   at::Tensor target = call.to_host(dst);
   at::Tensor source = call.to_host(self);
   if (queue) {
-    enqueue_views(call, [target, source]() mutable { target.copy_(source); });
+    // Note [Adaptive Eager Execution]: elementwise work a concatenation group admits.
+    enqueue_views(call, [target, source]() mutable { target.copy_(source); }, "aten::copy_", /*fusable=*/true);
   } else {
     AllocationRedirect redirect(device);
     target.copy_(source);

@@ -4,6 +4,7 @@
 #include <ATen/core/List.h>
 
 #include <mutex>
+#include <unordered_set>
 
 #include "../NeuronCommon.h"
 #include "../OpTracking.h"
@@ -23,6 +24,20 @@ bool is_tensor_type(const c10::TypePtr& type) {
 }
 
 }  // namespace
+
+// Note [Adaptive Eager Execution]: the ops a concatenation group admits: every op ATen tags
+// pointwise (elementwise: add, mul, silu, where, casts, comparisons, in place or not), and the
+// reductions and data movement that sit between them in a model's eager step (a norm's mean, a
+// softmax, rotary embeddings' cat). Matmuls, attention, scatters, random draws and ops whose
+// outputs depend on data are not: they end a group (the next op opens another).
+bool fusable_op(const c10::OperatorHandle& op) {
+  if (op.hasTag(at::Tag::pointwise)) return true;
+  static const std::unordered_set<std::string> admitted = {
+      "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::prod", "aten::var", "aten::std",
+      "aten::var_mean", "aten::logsumexp", "aten::linalg_vector_norm", "aten::_softmax", "aten::_log_softmax",
+      "aten::cumsum", "aten::cat", "aten::clone", "aten::_to_copy", "aten::fill_", "aten::zero_"};
+  return admitted.count(op.operator_name().name) != 0;
+}
 
 const OpPlan& plan_for(const c10::OperatorHandle& op) {
   static std::shared_mutex mutex;
@@ -71,6 +86,7 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
     plan->write_alias_of.push_back(index);
     plan->tensor_returns = plan->tensor_returns && is_tensor_type(ret.type());
   }
+  plan->fusable = plan->aten && !plan->random && !plan->view && fusable_op(op);
   // CPU tensors accepted as on CUDA: every argument of the index ops (their indices); the
   // lengths of the CTC loss and its backward, and only those (their Tensor overloads read the
   // lengths on the host, F.ctc_loss is commonly given CPU lengths; CUDA's kernel then checks

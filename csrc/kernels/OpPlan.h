@@ -58,6 +58,9 @@ struct OpPlan {
   // layout, a bool, a string), so it is part of the dtype signature; numbers are not
   std::vector<bool> value_in_dtype_key;
   bool random = false;             // takes a generator
+  // Note [Adaptive Eager Execution] (Launch.h): queued, it may join its stream's concatenation
+  // buffer: tagged pointwise, or a reduction or data movement the heuristics admit.
+  bool fusable = false;
   std::vector<int> write_alias_of; // per return: argument it writes and returns, or -1
   const Narrowing* narrowing = nullptr;
   Width64Calls* width64 = nullptr;  // how its calls with 64-bit values were computed
@@ -118,6 +121,8 @@ enum class Sharing {
   kPartial,    // elements that may overlap without being the same view (partial or too hard to tell)
 };
 // True when a written argument shares memory with another tensor argument, as `sharing` says.
+// Note [Adaptive Eager Execution] (Launch.h): whether a concatenation group admits `op`.
+bool fusable_op(const c10::OperatorHandle& op);
 bool writes_aliased_memory(const OpPlan& plan, const c10::IValue* arguments, size_t count, Sharing sharing);
 
 // A random op reaches the generic path for a neuron generator even when its tensors are on the

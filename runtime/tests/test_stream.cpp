@@ -441,3 +441,21 @@ TEST(StreamConcatenation, LaunchBlockingRunsAtOnce) {
   EXPECT_EQ(ran, 1);
   EXPECT_EQ(stream.buffered(), 0u);
 }
+
+TEST(StreamConcatenation, StarvingTasksGoToAnIdleWorkerAtOnce) {
+  Stream stream(0, 0, /*launch_blocking=*/false);
+  std::atomic<int> ran{0};
+  // The quiet interval is long: only the idle worker can take the group.
+  stream.enqueue_fusable([&ran] { ran.fetch_add(1); }, 1024, std::chrono::seconds(100), /*starving=*/true);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ran.load() < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  EXPECT_EQ(ran.load(), 1);
+  // Behind a busy worker they are buffered together.
+  std::atomic<bool> release{false};
+  stream.enqueue([&release] { while (!release.load()) std::this_thread::yield(); });
+  for (int i = 0; i < 5; ++i) stream.enqueue_fusable([&ran] { ran.fetch_add(1); }, 1024, std::chrono::seconds(100), true);
+  EXPECT_EQ(stream.buffered(), 5u);
+  release.store(true);
+  stream.synchronize();
+  EXPECT_EQ(ran.load(), 6);
+}
