@@ -104,7 +104,6 @@ void synchronize_stream(neuron_rt::Stream& stream) {
     log(LogLevel::kDebug, "host waits for neuron:" + std::to_string(stream.device()) + " stream " +
                               std::to_string(stream.id()) + (op ? " in " + op->name() : std::string()));
   }
-  end_concatenation_group(stream);  // Note [Adaptive Eager Execution]: a synchronisation ends a group
   without_gil([&] { NEURON_RT_CALL(stream.synchronize()); });
 }
 
@@ -147,14 +146,16 @@ bool fusable_name(const char* name) {
   known.emplace(name, fusable);
   return fusable;
 }
-// A copy within the device (a conversion, a strided copy) is elementwise work a group admits;
-// a copy to or from the host ends the group (a host read is a boundary).
+// A copy within one device (a conversion, a strided copy) is elementwise work a group admits;
+// a copy to or from the host, or between devices, ends the group (a host read is a boundary).
 bool within_device(const LaunchOperands& operands) {
   bool any = false, all = true;
+  c10::DeviceIndex device = -1;
   auto see = [&](const at::Tensor& t) {
     if (!t.defined()) return;
     any = true;
-    all = all && t.device().type() == kNeuron;
+    all = all && t.device().type() == kNeuron && (device < 0 || t.device().index() == device);
+    if (device < 0) device = t.device().index();
   };
   for (const at::Tensor& t : operands.inputs) see(t);
   for (const at::Tensor& t : operands.outputs) see(t);
@@ -164,6 +165,7 @@ bool within_device(const LaunchOperands& operands) {
 struct OpenGroups {
   std::mutex mutex;
   std::unordered_map<const neuron_rt::Stream*, size_t> ops;  // the open group's ops per stream
+  std::atomic<bool> any{false};  // ops is not empty (read without the lock)
 };
 OpenGroups& open_groups() {
   static auto* groups = new OpenGroups();  // never destroyed: launches may come during exit
@@ -190,9 +192,11 @@ LaunchPath grouped_path(const Launch& launch) {
   std::lock_guard<std::mutex> lock(groups.mutex);
   if (!fusable) {
     groups.ops.erase(stream);
+    groups.any.store(!groups.ops.empty(), std::memory_order_relaxed);
     return launch.path;
   }
   size_t& ops = groups.ops[stream];
+  groups.any.store(true, std::memory_order_relaxed);
   if (ops > 0 && ops < concatenation_limit()) {
     ++ops;
     return LaunchPath::kFused;
@@ -204,8 +208,20 @@ LaunchPath grouped_path(const Launch& launch) {
 
 void end_concatenation_group(const neuron_rt::Stream& stream) {
   OpenGroups& groups = open_groups();
+  if (!groups.any.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lock(groups.mutex);
   groups.ops.erase(&stream);
+  groups.any.store(!groups.ops.empty(), std::memory_order_relaxed);
+}
+
+void end_concatenation_groups(int device) {
+  OpenGroups& groups = open_groups();
+  if (!groups.any.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(groups.mutex);
+  for (auto it = groups.ops.begin(); it != groups.ops.end();) {
+    it = device < 0 || it->first->device() == device ? groups.ops.erase(it) : std::next(it);
+  }
+  groups.any.store(!groups.ops.empty(), std::memory_order_relaxed);
 }
 
 namespace detail {
@@ -213,7 +229,11 @@ std::atomic<bool> launch_observed{false};
 std::array<std::atomic<LaunchObserver*>, kLaunchObserverSlots> launch_observers{};
 
 void notify_launch_observers(const Launch& launch) {
-  if (launch.device >= 0 && launch.path != LaunchPath::kFused && concatenating()) {
+  const bool grouping = launch.device >= 0 && launch.path != LaunchPath::kFused;
+  if (grouping && !concatenating() && open_groups().any.load(std::memory_order_relaxed)) {
+    // Unfused work (AEE switched off meanwhile: deterministic algorithms) ends the stream's group.
+    end_concatenation_group(launch.stream ? *launch.stream : current_stream(launch.device));
+  } else if (grouping && concatenating()) {
     const LaunchPath path = grouped_path(launch);
     if (path != launch.path) {
       const Launch grouped{path, launch.name, launch.device, launch.stream, launch.operands};

@@ -168,6 +168,8 @@ void set_concatenation(int mode);
 // Ends `stream`'s open group on the device clock (a synchronisation; the runtime's buffer is
 // flushed by the wait itself).
 void end_concatenation_group(const neuron_rt::Stream& stream);
+// The same for every stream of `device` (-1: of every device): a device-wide synchronize.
+void end_concatenation_groups(int device);
 
 
 // ---- the seam -----------------------------------------------------------------------------

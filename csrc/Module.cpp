@@ -207,6 +207,7 @@ PYBIND11_MODULE(_C, m) {
     return old;
   });
   m.def("synchronize", [](int device) {
+    end_concatenation_groups(device);  // Note [Adaptive Eager Execution]
     py::gil_scoped_release release;
     NEURON_RT_CALL(runtime().synchronize(device));
   });

@@ -99,9 +99,15 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id())).query());
   }
   void synchronizeStream(const c10::Stream& stream) const override {
-    synchronize_stream(NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id()))));
+    auto& s = NEURON_RT_CALL(runtime().stream(stream.device_index(), static_cast<int>(stream.id())));
+    // Note [Adaptive Eager Execution]: the user's synchronisation ends a group on the clock,
+    // whether or not the stream has work to wait for (the simulator's own drains do not: they
+    // depend on where the host runs ops, and predictions must not)
+    end_concatenation_group(s);
+    synchronize_stream(s);
   }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
+    end_concatenation_groups(device_index);  // Note [Adaptive Eager Execution]
     without_gil([&] { NEURON_RT_CALL(runtime().synchronize(device_index)); });
   }
   // tensor.record_stream(s): the memory is reused only after `s` has run what it had queued

@@ -169,12 +169,17 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   }
   // device to device (same core, or another core of the instance)
   const c10::DeviceIndex device = dst.device().index();
-  const bool queue = asynchronous() && !runs_at_call_when_idle(int64_t(bytes) * 2, device);
-  if (self.device().index() != device) run_here_on(self.device().index());
+  // Between two cores a conversion runs at the call, after both streams are drained: queued on
+  // the destination's stream, it would not be ordered after later work on the source's stream
+  // (a write to the source could overtake it).
+  const bool other_core = self.device().index() != device;
+  const bool queue = asynchronous() && !other_core && !runs_at_call_when_idle(int64_t(bytes) * 2, device);
+  if (other_core) run_here_on(self.device().index());
+  if (other_core && !plain) run_here_on(device);
   if (plain) {
     NEURON_RT_CALL(neuron_rt::copy_device_to_device(current_stream(device), buffer_ref_of(dst.storage()),
                                                     byte_offset(dst), buffer_ref_of(self.storage()),
-                                                    byte_offset(self), bytes, /*blocking=*/false));
+                                                    byte_offset(self), bytes, /*blocking=*/other_core));
     return dst;
   }
   HostCall call;
