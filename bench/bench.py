@@ -110,7 +110,8 @@ def decode_modes(dtype, tokens, calls, modes=("async", "blocking")):
         children[mode].kill()
         children[mode].wait()
         logs[mode].seek(0)
-        return RuntimeError(f"decode_mode.py ({dtype}, {DECODE_MODES[mode]}) {what}; its stderr:\n"
+        settings = ", ".join(f"{name}={value}" for name, value in DECODE_MODES[mode].items())
+        return RuntimeError(f"decode_mode.py ({dtype}, {settings}) {what}; its stderr:\n"
                             + logs[mode].read()[-3000:])
 
     try:

@@ -39,7 +39,8 @@ def test_bench_decode_modes_reports_a_failing_child():
             "try:\n    bench.decode_modes('no_such_dtype', 2, 1)\n"
             "except RuntimeError as e:\n    print(e)\n") % os.path.join(ROOT, "bench")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert "decode_mode.py (no_such_dtype, NEURON_LAUNCH_BLOCKING=0) failed to start" in out.stdout, out.stderr[-2000:]
+    assert ("decode_mode.py (no_such_dtype, NEURON_LAUNCH_BLOCKING=0, TORCH_NEURONX_ENABLE_CONCATENATION=0) "
+            "failed to start") in out.stdout, out.stderr[-2000:]
     assert "AttributeError" in out.stdout and "no_such_dtype" in out.stdout
 
 
