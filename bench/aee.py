@@ -15,6 +15,7 @@ sys.path.insert(0, HERE)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from bench import cpu_description, decode_modes  # noqa: E402
+from bench_sections import write_section  # noqa: E402
 
 BEGIN, END = "<!-- aee: begin (bench/aee.py) -->", "<!-- aee: end -->"
 
@@ -61,13 +62,7 @@ def main():
         END,
     ]
     section = "\n".join(lines)
-    text = open(args.output).read() if os.path.exists(args.output) else ""
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    with open(args.output, "w") as handle:
-        handle.write(text)
+    write_section(args.output, BEGIN, END, section)
     print(section)
 
 

@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+from bench_sections import write_section
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODEL = os.path.join(ROOT, "demo", "model")
@@ -108,13 +110,7 @@ def main():
                      f"{e['tpot_ms']['p50']:.1f} | {k['tpot_ms']['p50']:.2f} | {k['model_step_ms']['p50']:.3f} |")
     lines.append(END)
     section = "\n".join(lines)
-    text = open(args.output).read() if os.path.exists(args.output) else ""
-    if BEGIN in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    with open(args.output, "w") as handle:
-        handle.write(text)
+    write_section(args.output, BEGIN, END, section)
     print(section)
 
 
