@@ -213,14 +213,16 @@ void enqueue_views(HostCall& call, std::function<void()> work, const char* name,
     use_kernel_threads(stream, threads);
     neuron_rt::GuardScope guard;
     for (auto& buffer : buffers) guard.add(buffer.get());
+    // The stream keeps the message; in a concatenation group, it names the op that failed.
+    auto named = [name](const char* what) {
+      return std::runtime_error(name ? std::string(name) + " (in a fused group): " + what : std::string(what));
+    };
     try {
       work();
     } catch (const c10::Error& error) {
-      // the stream keeps the message; in a concatenation group, it names the op that failed
-      if (name) throw std::runtime_error(std::string(name) + " (in a fused group): " + error.what_without_backtrace());
-      throw std::runtime_error(error.what_without_backtrace());
+      throw named(error.what_without_backtrace());
     } catch (const std::exception& error) {
-      if (name) throw std::runtime_error(std::string(name) + " (in a fused group): " + error.what());
+      if (name) throw named(error.what());
       throw;
     }
     work = nullptr;  // the views it holds go before the buffers they borrow from

@@ -10,10 +10,10 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <atomic>
-#include <limits>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -229,22 +229,18 @@ std::atomic<bool> launch_observed{false};
 std::array<std::atomic<LaunchObserver*>, kLaunchObserverSlots> launch_observers{};
 
 void notify_launch_observers(const Launch& launch) {
-  const bool grouping = launch.device >= 0 && launch.path != LaunchPath::kFused;
-  if (grouping && !concatenating() && open_groups().any.load(std::memory_order_relaxed)) {
-    // Unfused work (AEE switched off meanwhile: deterministic algorithms) ends the stream's group.
-    end_concatenation_group(launch.stream ? *launch.stream : current_stream(launch.device));
-  } else if (grouping && concatenating()) {
-    const LaunchPath path = grouped_path(launch);
-    if (path != launch.path) {
-      const Launch grouped{path, launch.name, launch.device, launch.stream, launch.operands};
-      for (auto& slot : launch_observers) {
-        if (LaunchObserver* observer = slot.load(std::memory_order_acquire)) observer->on_launch(grouped);
-      }
-      return;
+  LaunchPath path = launch.path;
+  if (launch.device >= 0 && path != LaunchPath::kFused) {
+    if (concatenating()) {
+      path = grouped_path(launch);
+    } else if (open_groups().any.load(std::memory_order_relaxed)) {
+      // Unfused work (AEE switched off meanwhile: deterministic algorithms) ends the stream's group.
+      end_concatenation_group(launch.stream ? *launch.stream : current_stream(launch.device));
     }
   }
+  const Launch seen{path, launch.name, launch.device, launch.stream, launch.operands};
   for (auto& slot : launch_observers) {
-    if (LaunchObserver* observer = slot.load(std::memory_order_acquire)) observer->on_launch(launch);
+    if (LaunchObserver* observer = slot.load(std::memory_order_acquire)) observer->on_launch(seen);
   }
 }
 }  // namespace detail

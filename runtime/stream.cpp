@@ -233,7 +233,8 @@ void Stream::worker_loop() {
       if (spin % 64 != 0) continue;
       const auto now = std::chrono::steady_clock::now();
       const int64_t due = group_due_ns_.load(std::memory_order_relaxed);
-      if (now >= poll_until || (due != 0 && steady_ns() >= due)) break;
+      const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+      if (now >= poll_until || (due != 0 && now_ns >= due)) break;
     }
     Entry entry;
     {
