@@ -260,7 +260,7 @@ __attribute__((target("avx512f"))) void pack_block(const uint16_t* w, int64_t ld
 // One row of activations (a decode step) in the direct form, without brgemm or a packed copy:
 // weight rows [begin, end) of out[0, :] = a @ w^T, kRowBlocks blocks of 16 rows at a time. For
 // each 16 pairs of k, each block's 16 rows are loaded (16 x 64 bytes) and transposed in
-// registers (16x16 blocks of 32-bit pairs, as pack_block), so that register q holds pair q of the
+// registers (load_transposed; partial blocks as pack_block), so that register q holds pair q of the
 // 16 rows, and vdpbf16ps adds that pair's products with a's pair q (broadcast) into the block's
 // 16 float32 sums: for each output the same instruction over the same pairs in the same order as
 // brgemm over a packed block, each piece of k (depth) summed from zero and then added to the
@@ -268,6 +268,34 @@ __attribute__((target("avx512f"))) void pack_block(const uint16_t* w, int64_t ld
 // chains of dependent vdpbf16ps overlap; the weight streams through once (the packed form wrote
 // and re-read a copy of each block and paid a brgemm call per 64 rows).
 constexpr int kRowBlocks = 2;
+
+// t[q] = pair q of rows 0..15 (32-bit lanes: lane r = row r), for 16 rows of 16 pairs at w (row
+// stride ldw): each 128-bit lane of u[4g + j] is loaded with pairs 4g..4g+3 of row 4L + j (four
+// 128-bit loads merged by masked broadcasts, done by the load ports), then a 4x4 transpose within
+// each lane (8 in-lane shuffles per 4 registers) puts pair 4g + c of rows 4L..4L+3 in lane L of
+// t[4g + c]: 32 shuffles where transpose16x16 needs 64.
+__attribute__((target("avx512f"), always_inline)) inline void load_transposed(const uint16_t* w, int64_t ldw,
+                                                                               __m512i* t) {
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    __m512i u[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const uint16_t* at = w + 8 * g;  // pairs 4g..4g+3 of a row: 8 elements
+      __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at + j * ldw)));
+      v = _mm512_mask_broadcast_i32x4(v, 0x00F0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + (4 + j) * ldw)));
+      v = _mm512_mask_broadcast_i32x4(v, 0x0F00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + (8 + j) * ldw)));
+      u[j] = _mm512_mask_broadcast_i32x4(v, 0xF000, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + (12 + j) * ldw)));
+    }
+    // lane L of u[j]: dwords c = pair 4g + c of row 4L + j -> lane L of t[4g + c]: dword j = row 4L + j
+    const __m512i a0 = _mm512_unpacklo_epi32(u[0], u[1]), a1 = _mm512_unpackhi_epi32(u[0], u[1]);
+    const __m512i a2 = _mm512_unpacklo_epi32(u[2], u[3]), a3 = _mm512_unpackhi_epi32(u[2], u[3]);
+    t[4 * g + 0] = _mm512_unpacklo_epi64(a0, a2);
+    t[4 * g + 1] = _mm512_unpackhi_epi64(a0, a2);
+    t[4 * g + 2] = _mm512_unpacklo_epi64(a1, a3);
+    t[4 * g + 3] = _mm512_unpackhi_epi64(a1, a3);
+  }
+}
 
 // Group `group` of `groups` asks for its share of the next row blocks' weight, [next, next +
 // elements) cut at stop, to be brought into L2 (prefetcht1), a line at a time: the weight streams
@@ -312,13 +340,12 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void run_one_row
           }
           __m512i v[16], t[16];
           if (live[b] == 16 && count == 16) {
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_si512(rows + i * ldw);
+            load_transposed(rows, ldw, t);
           } else {
 #pragma GCC unroll 16
             for (int i = 0; i < 16; ++i) v[i] = i < live[b] ? _mm512_maskz_loadu_epi32(mask, rows + i * ldw) : zero;
+            transpose16x16(v, t);
           }
-          transpose16x16(v, t);
           for (int64_t q = 0; q < count; ++q) {
             const __m512i pair = _mm512_set1_epi32(int(a_pairs[p0 + q]));
             sum[b] = _mm512_dpbf16_ps(sum[b], reinterpret_cast<const __m512bh&>(t[q]),
