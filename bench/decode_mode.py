@@ -3,7 +3,8 @@ child per mode (the mode is fixed when the runtime starts) and alternates them c
 each line read on stdin runs one greedy decode of the demo model on neuron and answers
 "<seconds> <host waits> <seconds the host was blocked in them> <predicted device ms> <launches>
 <concatenation groups> <ops in them>" (the predicted Trainium time and the launches of the call, the
-groups of Note [Adaptive Eager Execution]), so every mode sees the same machine within a fraction of a second
+groups of Note [Adaptive Eager Execution]; the predicted time is nan where bench/clock_overhead.py
+turns the clock off), so every mode sees the same machine within a fraction of a second
 (these machines' speed drifts by tens of percent over seconds)."""
 import argparse
 import os
@@ -28,6 +29,8 @@ def main():
                                                  dtype=getattr(torch, args.dtype), device_map="neuron")
     ids = torch.tensor([[1, 300, 301, 302, 303, 304, 305, 306]], device="neuron")
     counters = torch_neuronx._sim._C.stream_counters
+    clock_on = os.environ.get("NEURON_SIM_DEVICE_CLOCK", "1") != "0"
+    device_time = torch_neuronx.device_time if clock_on else (lambda: float("nan"))
 
     def generate():
         model.generate(ids, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False)
@@ -38,7 +41,7 @@ def main():
     for _ in sys.stdin:
         _, waits_before = counters()
         waited_before = torch_neuronx._sim._C.stream_wait_seconds()
-        device_before = torch_neuronx.device_time()
+        device_before = device_time()
         groups_before, grouped_before = torch_neuronx._sim._C.concatenation_counters()
         torch_neuronx._sim._C._count_launches(True)
         start = time.perf_counter()
@@ -49,7 +52,7 @@ def main():
         torch_neuronx._sim._C._count_launches(False)
         _, waits_after = counters()
         waited = torch_neuronx._sim._C.stream_wait_seconds() - waited_before
-        device_ms = torch_neuronx.device_time() - device_before
+        device_ms = device_time() - device_before
         groups, grouped = (after - before for after, before in
                            zip(torch_neuronx._sim._C.concatenation_counters(), (groups_before, grouped_before)))
         # one launch per op, less the ops that joined a group (the group's launch is its first op's)

@@ -297,18 +297,20 @@ __attribute__((target("avx512f"), always_inline)) inline void load_transposed(co
   }
 }
 
-// Group `group` of `groups` asks for its share of the next row blocks' weight, [next, next +
-// elements) cut at stop, to be brought into L2 (prefetcht1), a line at a time: the weight streams
+// Group `group` of `groups` asks for its share of the next row blocks' weight (elements [next,
+// stop) of w), to be brought into L2 (prefetcht1), a line at a time: the weight streams
 // from memory in address order while the current blocks are computed. Without it each of the 32
 // rows is its own stream of 64-byte reads, and the hardware's prefetchers keep up with few of them
 // (measured on an AMD EPYC, one thread: 768x2560 weights at 8 GB/s without, 18 with).
-__attribute__((always_inline)) inline void prefetch_share(const uint16_t* next, const uint16_t* stop, int64_t elements,
+__attribute__((always_inline)) inline void prefetch_share(const uint16_t* w, int64_t next, int64_t stop,
                                                           int64_t group, int64_t groups) {
-  const char* from = reinterpret_cast<const char*>(next);
-  const int64_t bytes = std::min<int64_t>(elements, stop - next) * int64_t(sizeof(uint16_t));
-  const int64_t share = (elements * int64_t(sizeof(uint16_t)) + groups - 1) / groups;
+  // [next, stop): element offsets from w (no pointer is formed past the weight's end)
+  const char* from = reinterpret_cast<const char*>(w);
+  const int64_t first = next * int64_t(sizeof(uint16_t)), bytes = (stop - next) * int64_t(sizeof(uint16_t));
+  if (bytes <= 0) return;  // the last row blocks
+  const int64_t share = (bytes + groups - 1) / groups;
   for (int64_t offset = group * share; offset < std::min(bytes, (group + 1) * share); offset += 64) {
-    _mm_prefetch(from + offset, _MM_HINT_T1);
+    _mm_prefetch(from + first + offset, _MM_HINT_T1);
   }
 }
 
@@ -317,7 +319,6 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void run_one_row
                                                                                int64_t k, int64_t depth,
                                                                                int64_t begin, int64_t end) {
   const __m512i zero = _mm512_setzero_si512();
-  const auto* a_pairs = reinterpret_cast<const uint32_t*>(a);  // a's pairs (k is even)
   const int64_t pairs = k / 2, piece_pairs = std::max<int64_t>(1, std::min(depth, k) / 2);
   const int64_t groups = (pairs + 15) / 16;  // of 16 pairs, per row block
   for (int64_t r0 = begin; r0 < end; r0 += 16 * kRowBlocks) {
@@ -336,7 +337,8 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void run_one_row
           if (live[b] == 0) continue;
           const uint16_t* rows = w + (r0 + 16 * b) * ldw + 2 * p0;
           if (b == 0) {
-            prefetch_share(w + (r0 + 16 * kRowBlocks) * ldw, w + end * ldw, 16 * kRowBlocks * ldw, p0 / 16, groups);
+            const int64_t next = (r0 + 16 * kRowBlocks) * ldw;  // the next row blocks, up to row `end`
+            prefetch_share(w, next, std::min(end * ldw, next + 16 * kRowBlocks * ldw), p0 / 16, groups);
           }
           __m512i v[16], t[16];
           if (live[b] == 16 && count == 16) {
@@ -347,13 +349,26 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void run_one_row
             transpose16x16(v, t);
           }
           for (int64_t q = 0; q < count; ++q) {
-            const __m512i pair = _mm512_set1_epi32(int(a_pairs[p0 + q]));
+            int32_t bits;  // a's pair p0 + q
+            std::memcpy(&bits, a + 2 * (p0 + q), sizeof(bits));
+            const __m512i pair = _mm512_set1_epi32(bits);
             sum[b] = _mm512_dpbf16_ps(sum[b], reinterpret_cast<const __m512bh&>(t[q]),
                                       reinterpret_cast<const __m512bh&>(pair));
           }
         }
       }
-      for (int b = 0; b < kRowBlocks; ++b) total[b] = piece == 0 ? sum[b] : _mm512_add_ps(total[b], sum[b]);
+      for (int b = 0; b < kRowBlocks; ++b) {
+        if (piece == 0) {
+          total[b] = sum[b];
+        } else {
+          // sum + total with the new piece first, as brgemm's add_C: of two NaNs x86 returns the
+          // first operand's, so the later piece's NaN wins, as in at::mm (review 44, finding 1).
+          // _mm512_add_ps(sum, total) would not do: the compiler may swap a commutative add.
+          __m512 added;
+          asm("vaddps %2, %1, %0" : "=v"(added) : "v"(sum[b]), "v"(total[b]));
+          total[b] = added;
+        }
+      }
     }
     for (int b = 0; b < kRowBlocks; ++b) {
       if (live[b] == 0) continue;

@@ -44,6 +44,15 @@ def test_bench_decode_modes_reports_a_failing_child():
     assert "AttributeError" in out.stdout and "no_such_dtype" in out.stdout
 
 
+def test_bench_clock_overhead_runs_with_the_clock_off():
+    # bench/clock_overhead.py runs decode_mode.py children with NEURON_SIM_DEVICE_CLOCK=0: they
+    # answer without a predicted time (make bench stopped there when they asked the clock for one)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "clock_overhead.py"), "--tokens", "2",
+                          "--calls", "1"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "clock on " in out.stdout and " off " in out.stdout, out.stdout
+
+
 @pytest.mark.parametrize("mode", ["1", "0"])
 def test_the_callers_thread_setting_is_left_alone(mode):
     """Note [Kernel threads] changes the stream worker's OpenMP setting only: in launch-blocking

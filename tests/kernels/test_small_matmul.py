@@ -60,6 +60,30 @@ def test_kernel_equals_eager_bit_for_bit(shape):
 
 
 @needs_kernel
+@pytest.mark.skipif(FORM != "direct", reason="the one-row kernel is the direct form's (AVX512-BF16 without AMX)")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 1026, 17), (1, 1536, 33), (1, 3000, 97), (1, 4098, 65), (1, 200, 1001)],
+                         ids=str)
+def test_one_row_kernel_odd_shapes_equal_eager(shape, threads):
+    # A decode step's product (one row of activations) in the direct form: K in pieces of 512 or
+    # 1024 with a short last one, K/2 not a multiple of 16, N not a multiple of 16 or 32, the rows
+    # split among threads at blocks that do not end on a multiple of 32 (review 44).
+    m, k, n = shape
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert _C.small_matmul_applies(m, k, n)
+        g = torch.Generator().manual_seed(k + n)
+        for a, w in draws(m, k, n, 4, g):
+            expected = torch.mm(a, w.t())
+            out = torch.empty_like(expected)
+            assert _C._small_matmul_unchecked(out, a, w.t())
+            assert torch.equal(out.view(torch.int16), expected.view(torch.int16))
+    finally:
+        torch.set_num_threads(previous)
+
+
+@needs_kernel
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("shape", [(1, 768, 2560), (4, 2560, 768), (1, 128, 32000), (20, 768, 1000)], ids=str)
 def test_large_weights_split_among_threads_equal_eager(shape, threads):
