@@ -22,6 +22,8 @@ import torch  # noqa: E402
 import torch_neuronx  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
+from bench_sections import write_main_part  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODEL = os.path.join(HERE, "..", "demo", "model")
@@ -669,8 +671,7 @@ def main():
         "The paragraph under the phases table gives the bounds these leave. Skipping the nn-module guards",
         "(a user's option, with its caveat) removes the guards' part.",
     ]
-    with open(args.output, "w") as handle:
-        handle.write("\n".join(lines) + "\n")
+    write_main_part(args.output, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -44,6 +44,27 @@ def test_bench_decode_modes_reports_a_failing_child():
     assert "AttributeError" in out.stdout and "no_such_dtype" in out.stdout
 
 
+def test_bench_rewrites_its_part_and_keeps_the_other_scripts_sections(tmp_path):
+    # make bench: bench.py writes BENCHMARKS.md's main part, then aee.py and vllm_serving.py their
+    # own sections; a rerun of bench.py alone dropped those sections (it wrote the whole file)
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        from bench_sections import write_main_part, write_section
+    finally:
+        sys.path.pop(0)
+    path = str(tmp_path / "BENCHMARKS.md")
+    write_main_part(path, "# Benchmarks\n\nold main part\n")
+    write_section(path, "<!-- aee: begin (bench/aee.py) -->", "<!-- aee: end -->",
+                  "<!-- aee: begin (bench/aee.py) -->\nAEE figures\n<!-- aee: end -->")
+    write_section(path, "<!-- vllm-serving: begin (bench/vllm_serving.py) -->", "<!-- vllm-serving: end -->",
+                  "<!-- vllm-serving: begin (bench/vllm_serving.py) -->\nvLLM figures\n<!-- vllm-serving: end -->")
+    write_main_part(path, "# Benchmarks\n\nnew main part\n")
+    text = open(path).read()
+    assert "new main part" in text and "old main part" not in text
+    assert text.index("new main part") < text.index("AEE figures") < text.index("vLLM figures")
+    assert text.count("<!-- aee: begin") == 1 and text.count("<!-- vllm-serving: end -->") == 1
+
+
 def test_bench_clock_overhead_runs_with_the_clock_off():
     # bench/clock_overhead.py runs decode_mode.py children with NEURON_SIM_DEVICE_CLOCK=0: they
     # answer without a predicted time (make bench stopped there when they asked the clock for one)
