@@ -225,18 +225,33 @@ void run_transposed(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_
 constexpr int64_t kBlock = 64;            // the direct form: weight rows packed per brgemm call
 constexpr int64_t kMaxDirectDepth = 1024;  // the direct form: the longest piece of k packed at once
 
+// The first `count` of 16 lanes (count in [0, 16]).
+inline __mmask16 first_lanes(int64_t count) {
+  return count >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << count) - 1);
+}
+
+// A partial 16x16 block of 32-bit pairs, transposed (t[q] = pair q of the 16 rows): rows [0, live)
+// at w (row stride ldw), the pairs under `mask` loaded, the rest zero (no read past a row's last
+// pair or the last row).
+__attribute__((target("avx512f"), always_inline)) inline void load_partial_transposed(const uint16_t* w, int64_t ldw,
+                                                                                       int64_t live, __mmask16 mask,
+                                                                                       __m512i* t) {
+  __m512i v[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) v[i] = i < live ? _mm512_maskz_loadu_epi32(mask, w + i * ldw) : _mm512_setzero_si512();
+  transpose16x16(v, t);
+}
+
 // Pairs [first_pair, last_pair) of rows [0, rows) of w (row stride ldw) into brgemm's VNNI B
 // layout packed[pair - first_pair][columns][2] (columns: rows rounded up to 16; the rows past
-// `rows` are zero): 16x16 blocks of 32-bit pairs transposed in registers, partial blocks loaded
-// under a mask (no read past a row's last pair or the last row).
+// `rows` are zero): 16x16 blocks of 32-bit pairs transposed in registers, partial blocks by
+// load_partial_transposed.
 __attribute__((target("avx512f"))) void pack_block(const uint16_t* w, int64_t ldw, int64_t rows, int64_t columns,
                                                    int64_t first_pair, int64_t last_pair, uint32_t* packed) {
-  const __m512i zero = _mm512_setzero_si512();
   for (int64_t r0 = 0; r0 < columns; r0 += 16) {
     const int64_t live = std::min<int64_t>(16, rows - r0);
     for (int64_t p0 = first_pair; p0 < last_pair; p0 += 16) {
       const int64_t count = std::min<int64_t>(16, last_pair - p0);
-      const __mmask16 mask = count == 16 ? __mmask16(0xFFFF) : __mmask16((1u << count) - 1);
       __m512i v[16], t[16];
       uint32_t* to = packed + (p0 - first_pair) * columns + r0;
       if (live == 16 && count == 16) {  // the common case, kept in registers
@@ -247,11 +262,7 @@ __attribute__((target("avx512f"))) void pack_block(const uint16_t* w, int64_t ld
         for (int q = 0; q < 16; ++q) _mm512_storeu_si512(to + q * columns, t[q]);
         continue;
       }
-#pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) {
-        v[i] = i < live ? _mm512_maskz_loadu_epi32(mask, w + (r0 + i) * ldw + 2 * p0) : zero;
-      }
-      transpose16x16(v, t);
+      load_partial_transposed(w + r0 * ldw + 2 * p0, ldw, live, first_lanes(count), t);
       for (int64_t q = 0; q < count; ++q) _mm512_storeu_si512(to + q * columns, t[q]);
     }
   }
@@ -318,12 +329,13 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void run_one_row
                                                                                const uint16_t* w, int64_t ldw,
                                                                                int64_t k, int64_t depth,
                                                                                int64_t begin, int64_t end) {
-  const __m512i zero = _mm512_setzero_si512();
   const int64_t pairs = k / 2, piece_pairs = std::max<int64_t>(1, std::min(depth, k) / 2);
   const int64_t groups = (pairs + 15) / 16;  // of 16 pairs, per row block
   for (int64_t r0 = begin; r0 < end; r0 += 16 * kRowBlocks) {
     int64_t live[kRowBlocks];
     for (int b = 0; b < kRowBlocks; ++b) live[b] = std::clamp<int64_t>(end - (r0 + 16 * b), 0, 16);
+    // the next row blocks (up to row `end`), prefetched a share per group of pairs
+    const int64_t next = (r0 + 16 * kRowBlocks) * ldw, next_stop = std::min(end * ldw, next + 16 * kRowBlocks * ldw);
     __m512 total[kRowBlocks];
     for (int64_t piece = 0; piece < pairs; piece += piece_pairs) {
       const int64_t last = std::min(pairs, piece + piece_pairs);
@@ -331,22 +343,16 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void run_one_row
       for (int b = 0; b < kRowBlocks; ++b) sum[b] = _mm512_setzero_ps();
       for (int64_t p0 = piece; p0 < last; p0 += 16) {
         const int64_t count = std::min<int64_t>(16, last - p0);
-        const __mmask16 mask = count == 16 ? __mmask16(0xFFFF) : __mmask16((1u << count) - 1);
+        prefetch_share(w, next, next_stop, p0 / 16, groups);
 #pragma GCC unroll 2
         for (int b = 0; b < kRowBlocks; ++b) {
           if (live[b] == 0) continue;
           const uint16_t* rows = w + (r0 + 16 * b) * ldw + 2 * p0;
-          if (b == 0) {
-            const int64_t next = (r0 + 16 * kRowBlocks) * ldw;  // the next row blocks, up to row `end`
-            prefetch_share(w, next, std::min(end * ldw, next + 16 * kRowBlocks * ldw), p0 / 16, groups);
-          }
-          __m512i v[16], t[16];
+          __m512i t[16];
           if (live[b] == 16 && count == 16) {
             load_transposed(rows, ldw, t);
           } else {
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; ++i) v[i] = i < live[b] ? _mm512_maskz_loadu_epi32(mask, rows + i * ldw) : zero;
-            transpose16x16(v, t);
+            load_partial_transposed(rows, ldw, live[b], first_lanes(count), t);
           }
           for (int64_t q = 0; q < count; ++q) {
             int32_t bits;  // a's pair p0 + q
@@ -373,8 +379,7 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void run_one_row
     for (int b = 0; b < kRowBlocks; ++b) {
       if (live[b] == 0) continue;
       const __m256bh converted = _mm512_cvtneps_pbh(total[b]);
-      const __mmask16 store = live[b] == 16 ? __mmask16(0xFFFF) : __mmask16((1u << live[b]) - 1);
-      _mm256_mask_storeu_epi16(out + r0 + 16 * b, store, reinterpret_cast<const __m256i&>(converted));
+      _mm256_mask_storeu_epi16(out + r0 + 16 * b, first_lanes(live[b]), reinterpret_cast<const __m256i&>(converted));
     }
   }
 }

@@ -43,6 +43,24 @@ def draws(m, k, n, count, generator):
             yield torch.randn(m, k, generator=generator).bfloat16(), torch.randn(n, k, generator=generator).bfloat16()
 
 
+def equals_eager_at(shape, threads, seed):
+    """The kernel on 4 draws at `threads` intra-op threads: accepted by the probe, and bit for bit
+    at::mm's (compared as int16, so that NaNs' bits count too)."""
+    m, k, n = shape
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert _C.small_matmul_applies(m, k, n)
+        g = torch.Generator().manual_seed(seed)
+        for a, w in draws(m, k, n, 4, g):
+            expected = torch.mm(a, w.t())
+            out = torch.empty_like(expected)
+            assert _C._small_matmul_unchecked(out, a, w.t())
+            assert torch.equal(out.view(torch.int16), expected.view(torch.int16))
+    finally:
+        torch.set_num_threads(previous)
+
+
 ACCEPTED = [(1, 128, 128), (1, 128, 256), (1, 256, 128), (8, 128, 384), (5, 130, 96), (32, 128, 256), (3, 128, 1000), (1, 128, 40)]
 
 
@@ -68,19 +86,7 @@ def test_one_row_kernel_odd_shapes_equal_eager(shape, threads):
     # A decode step's product (one row of activations) in the direct form: K in pieces of 512 or
     # 1024 with a short last one, K/2 not a multiple of 16, N not a multiple of 16 or 32, the rows
     # split among threads at blocks that do not end on a multiple of 32 (review 44).
-    m, k, n = shape
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        assert _C.small_matmul_applies(m, k, n)
-        g = torch.Generator().manual_seed(k + n)
-        for a, w in draws(m, k, n, 4, g):
-            expected = torch.mm(a, w.t())
-            out = torch.empty_like(expected)
-            assert _C._small_matmul_unchecked(out, a, w.t())
-            assert torch.equal(out.view(torch.int16), expected.view(torch.int16))
-    finally:
-        torch.set_num_threads(previous)
+    equals_eager_at(shape, threads, seed=shape[1] + shape[2])
 
 
 @needs_kernel
@@ -88,19 +94,7 @@ def test_one_row_kernel_odd_shapes_equal_eager(shape, threads):
 @pytest.mark.parametrize("shape", [(1, 768, 2560), (4, 2560, 768), (1, 128, 32000), (20, 768, 1000)], ids=str)
 def test_large_weights_split_among_threads_equal_eager(shape, threads):
     # From 64K weight elements the rows are split among the intra-op threads (blocks of 16).
-    m, k, n = shape
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        assert _C.small_matmul_applies(m, k, n)
-        g = torch.Generator().manual_seed(n)
-        for a, w in draws(m, k, n, 4, g):
-            expected = torch.mm(a, w.t())
-            out = torch.empty_like(expected)
-            assert _C._small_matmul_unchecked(out, a, w.t())
-            assert torch.equal(out, expected)
-    finally:
-        torch.set_num_threads(previous)
+    equals_eager_at(shape, threads, seed=shape[2])
 
 
 @needs_kernel
