@@ -1,4 +1,5 @@
 #include "SmallMatmul.h"
+#include "SmallMatmulDot.h"
 
 #include <ATen/CPUFunctions.h>
 #include <ATen/Context.h>
@@ -64,8 +65,9 @@ bool kernel_runs_here() {
 // weight read in place as brgemm's A operand (AMX: tiles make the padding of one row of
 // activations to 16 columns free); direct, the weight packed block by block into brgemm's B
 // operand (AVX512-BF16: each vdpbf16ps then covers 16 outputs, where the transposed form would
-// spend 16 on one row of activations).
-enum class Form { kUnknown, kNone, kTransposed, kDirect };
+// spend 16 on one row of activations); dot, at::mm's own dot products computed faster
+// (SmallMatmulDot.h: an AVX2 CPU without AVX-512, where at::mm runs no oneDNN).
+enum class Form { kUnknown, kNone, kTransposed, kDirect, kDot };
 std::atomic<Form> cpu_form{Form::kUnknown};
 std::atomic<Form> last_found{Form::kUnknown};  // the previous determination, not kept yet
 
@@ -85,7 +87,16 @@ Form form() {
 #endif
   // oneDNN switched off by another thread during the trial: no answer to keep yet.
   if (!at::globalContext().userEnabledMkldnn()) return Form::kNone;
-  const Form found = !supported                                             ? Form::kNone
+  // Without AVX-512 at::mm runs no oneDNN for bfloat16 (ATen's mkldnn_bf16_device_check) but
+  // cpublas's dot products, which the dot form computes; with AVX-512 but without AVX512-BF16 it
+  // runs oneDNN, which no form here follows.
+#if defined(__x86_64__)
+  const bool dot = !(env && std::string(env) == "0") && !__builtin_cpu_supports("avx512f") && dot_form_cpu();
+#else
+  const bool dot = false;
+#endif
+  const Form found = dot                                                    ? Form::kDot
+                     : !supported                                           ? Form::kNone
                      : at::native::cpublas::could_pack(at::kBFloat16) ? Form::kTransposed
                                                                             : Form::kDirect;
   if (!at::globalContext().userEnabledMkldnn()) return Form::kNone;
@@ -440,10 +451,37 @@ void run_direct(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w
   });
 }
 
-// out [m, n] contiguous = a [m, k] @ w^T in this CPU's form, k in pieces of depth.
+// The dot form (an AVX2 CPU without AVX-512): the activations widened once, the weight rows
+// split among the intra-op threads in blocks of 64 (each output is one dot product, whoever
+// computes it: the thread count changes no bits, as in at::mm's gemm_transa_).
+void run_dot(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, int64_t m, int64_t k,
+             int64_t n) {
+  thread_local std::vector<float> widened;
+  widened.resize(size_t(m * k));
+  widen_activations(widened.data(), a, lda, m, k);
+  const float* a_float = widened.data();
+  if (k * n < kParallelWeight || at::get_num_threads() < 2 || at::in_parallel_region()) {
+    run_dot_rows(out, a_float, w, ldw, m, k, n, 0, n);
+    return;
+  }
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), blocks);
+  const int64_t per_thread = (blocks + threads - 1) / threads;
+  at::parallel_for(0, threads, 1, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) {
+      const int64_t begin = std::min(n, t * per_thread * kBlock), end = std::min(n, (t + 1) * per_thread * kBlock);
+      if (begin < end) run_dot_rows(out, a_float, w, ldw, m, k, n, begin, end);
+    }
+  });
+}
+
+// out [m, n] contiguous = a [m, k] @ w^T in this CPU's form, k in pieces of depth (the dot
+// form: all of k).
 void run_kernel(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, int64_t m, int64_t k,
                 int64_t n, int64_t depth) {
-  if (form() == Form::kTransposed) {
+  if (form() == Form::kDot) {
+    run_dot(out, a, lda, w, ldw, m, k, n);
+  } else if (form() == Form::kTransposed) {
     run_transposed(out, a, lda, w, ldw, m, k, n, depth);
   } else {
     run_direct(out, a, lda, w, ldw, m, k, n, depth);
@@ -507,6 +545,7 @@ void fill_activations(std::vector<uint16_t>& a, int kind, Bits& bits) {
 // heuristic, so the probe tries each and keeps the first whose bits all match.
 std::vector<int64_t> candidate_depths(int64_t k) {
   std::vector<int64_t> depths;
+  if (form() == Form::kDot) return {k};  // at::mm's dot products sum all of k
   // the direct form packs a piece at once: all of a long k would not stay in cache
   if (form() == Form::kTransposed || k <= kMaxDirectDepth) depths.push_back(k);
   for (const int64_t depth : {int64_t(512), int64_t(1024)}) {
@@ -623,6 +662,7 @@ std::string small_matmul_form() {
   switch (form()) {
     case Form::kTransposed: return "transposed";
     case Form::kDirect: return "direct";
+    case Form::kDot: return "dot";
     default: return "none";
   }
 }

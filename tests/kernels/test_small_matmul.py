@@ -14,7 +14,8 @@ import torch_neuronx  # noqa: F401
 from torch_neuron_sim import _C
 
 # What the kernel needs from the CPU: AVX512-BF16, and oneDNN's ISA (ONEDNN_MAX_CPU_ISA) at
-# least avx512_core_bf16; "transposed" on AMX, "direct" without (Note [Small bfloat16 matmuls]).
+# least avx512_core_bf16; "transposed" on AMX, "direct" without; or AVX2 without AVX-512, where
+# at::mm runs cpublas's dot products: "dot" (Note [Small bfloat16 matmuls]).
 FORM = _C.small_matmul_form()
 SUPPORTED = FORM != "none" and _C.small_matmul_applies(1, 128, 128)
 needs_kernel = pytest.mark.skipif(
@@ -113,7 +114,61 @@ def test_probe_rejects_shapes_where_onednn_sums_otherwise():
             differs = differs or not torch.equal(out, expected)
         verdicts[shape] = (_C.small_matmul_applies(m, k, n), differs)
     assert all(applies != differs for applies, differs in verdicts.values()), verdicts
-    assert any(not applies for applies, _ in verdicts.values()), "no shape rejected: the probe was not exercised"
+    if FORM != "dot":  # the dot form sums as at::mm on every shape; rejection: the test below
+        assert any(not applies for applies, _ in verdicts.values()), "no shape rejected: the probe was not exercised"
+
+
+def special_values(rows, cols, generator):
+    """bfloat16 values where a kernel's handling shows: NaN, +-inf, +-0, denormals, the largest
+    finite, values whose products fall in float32's denormal range, among ordinary ones."""
+    pool = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-40, -1e-40, 3.3e38, -3.3e38,
+                         2.0 ** -70, -(2.0 ** -70), 1.0, -1.5, 3.0], dtype=torch.bfloat16)
+    values = torch.randn(rows, cols, generator=generator).bfloat16()
+    pick = torch.rand(rows, cols, generator=generator) < 0.02
+    return torch.where(pick, pool[torch.randint(0, len(pool), (rows, cols), generator=generator)], values)
+
+
+@needs_kernel
+@pytest.mark.skipif(FORM != "dot", reason="the dot form's kernel runs on AVX2 CPUs without AVX-512 only")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 2, 5), (1, 14, 9), (2, 16, 3), (1, 18, 33), (3, 62, 17), (1, 64, 64),
+                                   (1, 66, 65), (4, 80, 31), (1, 126, 200), (1, 130, 129), (1, 770, 1000),
+                                   (7, 2562, 70), (1, 128, 70000)], ids=str)
+def test_dot_form_equals_eager_with_special_values(shape, threads):
+    # Every part of bf16_dot_with_fp32_arith's order: rounds of 64, blocks of 16 after them
+    # (none, one, three), single elements (k % 16), -0 sums (+0 after the blocks' reduced zero),
+    # NaN (at::mm rounds every NaN to 0x7FC0), inf, overflow, denormal products; rows split
+    # among threads; compared as int16.
+    m, k, n = shape
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert _C.small_matmul_applies(m, k, n)
+        g = torch.Generator().manual_seed(k * 7 + n)
+        cases = [special_values(m, k, g), special_values(n, k, g)], [-torch.zeros(m, k).bfloat16(), torch.ones(n, k).bfloat16()]
+        for a, w in [*draws(m, k, n, 2, g), *cases]:
+            expected = torch.mm(a, w.t())
+            out = torch.empty_like(expected)
+            assert _C._small_matmul_unchecked(out, a, w.t())
+            assert torch.equal(out.view(torch.int16), expected.view(torch.int16))
+    finally:
+        torch.set_num_threads(previous)
+
+
+@needs_kernel
+@pytest.mark.skipif(FORM != "dot", reason="the dot form's kernel runs on AVX2 CPUs without AVX-512 only")
+def test_dot_form_probe_rejects_another_summation():
+    # Under ATEN_CPU_CAPABILITY=default at::mm sums with ATen's portable vectors (another order):
+    # the probe must see it and keep at::mm, and products still equal the CPU's.
+    code = ("import torch, torch_neuronx\nfrom torch_neuron_sim import _C\n"
+            "torch.manual_seed(0)\n"
+            "a, w = torch.randn(1, 768).bfloat16(), torch.randn(256, 768).bfloat16()\n"
+            "x = torch.nn.functional.linear(a.to('neuron'), w.to('neuron')).cpu()\n"
+            "print(_C.small_matmul_form(), _C.small_matmul_applies(1, 768, 256), torch.equal(x, a @ w.t()))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, ATEN_CPU_CAPABILITY="default"),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["dot", "False", "True"], out.stdout
 
 
 @pytest.mark.parametrize("layout", ["a row stride > k", "w row stride > k", "n not a multiple of 16",
@@ -208,7 +263,7 @@ print({name: calls for name, calls, seconds in _C.program_profile()})
     profile = eval(result.stdout.strip().splitlines()[-1])
     if SUPPORTED:
         rejected = not _C.small_matmul_applies(1, 32, 32)
-        assert profile.get("aten::mm (brgemm)") == 3, profile
+        assert profile.get("aten::mm (brgemm)") == (3 if rejected else 6), profile
         assert profile.get("aten::mm") == (3 if rejected else None), profile
     else:
         assert profile.get("aten::mm") == 6 and "aten::mm (brgemm)" not in profile, profile

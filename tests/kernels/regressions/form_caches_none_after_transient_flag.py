@@ -55,6 +55,10 @@ if control == "none":
     print("not applicable: this CPU does not run the small-matmul kernel (no AVX512-BF16, or oneDNN's ISA "
           "limited below avx512_core_bf16), so there is no positive answer to lose")
     sys.exit(77)
+if control == "dot":
+    print("not applicable: the dot form (AVX2 without AVX-512) runs no brgemm trial that oneDNN's flag could "
+          "interrupt")
+    sys.exit(77)
 hit, form, runs = run(lib)
 print(f"oneDNN off during the trial only (trial interrupted: {hit}): form {form!r}, "
       f"kernel runs in 10 linears afterwards, oneDNN on: {runs}")
