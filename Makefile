@@ -199,10 +199,11 @@ test-vllm: build vllm-venv
 	$(VLLM_VENV)/bin/python -m pytest -q -rs $(DURATIONS) tests/vllm_serving
 
 # The suites whose bfloat16 results go through the CPU's matmul kernels, again as on other CPUs
-# (README "Supported CPUs"): oneDNN limited to AVX2 (no AVX-512: the small-matmul kernel does not
-# run, every product is at::mm's) and to AVX512_CORE_BF16 (AVX-512 with BF16, no AMX: the
-# kernel's direct form, whatever this machine has), with the small-matmul repros of
-# tests/kernels/regressions/ (marker small_matmul). CI runs it.
+# (README "Supported CPUs"): oneDNN limited to AVX2 (on an AVX512-BF16 CPU: the small-matmul
+# kernel does not run, every product is at::mm's) and to AVX512_CORE_BF16 (AVX-512 with BF16, no
+# AMX: the kernel's direct form, whatever this machine has), with the small-matmul repros of
+# tests/kernels/regressions/ (marker small_matmul); on an AVX2 CPU without AVX-512 both run the
+# dot form. Then the kernel switched off (at::mm everywhere). CI runs it.
 CPU_VARIANT_TESTS := tests/kernels/test_small_matmul.py tests/compile/test_compile.py \
 	tests/compile/test_compile_fusion.py tests/compile/test_compile_generate.py tests/device/test_generate.py \
 	tests/device/test_autograd_amp.py tests/kernels/test_rnn.py
@@ -211,6 +212,8 @@ test-cpu-variants: build
 	  echo "== ONEDNN_MAX_CPU_ISA=$$isa"; \
 	  ONEDNN_MAX_CPU_ISA=$$isa $(PY) -m pytest -q -rs $(XDIST) $(CPU_VARIANT_TESTS) || exit 1; \
 	  ONEDNN_MAX_CPU_ISA=$$isa $(PY) -m pytest -q -rs $(XDIST) -m small_matmul tests/kernels/test_kernel_regressions.py || exit 1; done
+	echo "== NEURON_SIM_SMALL_MATMUL=0 (at::mm everywhere, as on a CPU no form runs on)"
+	NEURON_SIM_SMALL_MATMUL=0 $(PY) -m pytest -q -rs $(XDIST) tests/kernels/test_small_matmul.py tests/compile/test_compile_generate.py
 
 # A subset with device memory guarded (NEURON_SIM_MEMORY_GUARD=1: inaccessible outside
 # kernels and copies), in launch-blocking and asynchronous mode.
