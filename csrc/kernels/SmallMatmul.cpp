@@ -452,44 +452,39 @@ void run_direct(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w
 }
 
 // The dot form (an AVX2 CPU without AVX-512): the activations widened once, the weight rows
-// split among the intra-op threads in blocks of 64 (each output is one dot product, whoever
-// computes it: the thread count changes no bits, as in at::mm's gemm_transa_).
+// split among the intra-op threads exactly as at::mm's gemm_transa_ splits them
+// (at::parallel_for(0, n, 1): the same chunks on the same threads), so that even a per-thread
+// floating-point mode (torch.set_flush_denormal after the pool started sets the calling thread's
+// only) meets the same rows in both (review 45).
 void run_dot(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, int64_t m, int64_t k,
              int64_t n) {
-  thread_local std::vector<float> widened;
+  constexpr size_t kKeptFloats = size_t(1) << 16;  // a larger buffer is not kept for the thread's life
+  thread_local std::vector<float> kept;
+  std::vector<float> large;
+  std::vector<float>& widened = size_t(m * k) <= kKeptFloats ? kept : large;
   widened.resize(size_t(m * k));
   widen_activations(widened.data(), a, lda, m, k);
   const float* a_float = widened.data();
-  if (k * n < kParallelWeight || at::get_num_threads() < 2 || at::in_parallel_region()) {
-    run_dot_rows(out, a_float, w, ldw, m, k, n, 0, n);
-    return;
-  }
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  const int64_t threads = std::min<int64_t>(at::get_num_threads(), blocks);
-  const int64_t per_thread = (blocks + threads - 1) / threads;
-  at::parallel_for(0, threads, 1, [&](int64_t first, int64_t last) {
-    for (int64_t t = first; t < last; ++t) {
-      const int64_t begin = std::min(n, t * per_thread * kBlock), end = std::min(n, (t + 1) * per_thread * kBlock);
-      if (begin < end) run_dot_rows(out, a_float, w, ldw, m, k, n, begin, end);
-    }
-  });
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) { run_dot_rows(out, a_float, w, ldw, m, k, n, begin, end); });
 }
 
-// out [m, n] contiguous = a [m, k] @ w^T in this CPU's form, k in pieces of depth (the dot
-// form: all of k).
-void run_kernel(uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, int64_t m, int64_t k,
-                int64_t n, int64_t depth) {
-  if (form() == Form::kDot) {
-    run_dot(out, a, lda, w, ldw, m, k, n);
-  } else if (form() == Form::kTransposed) {
-    run_transposed(out, a, lda, w, ldw, m, k, n, depth);
-  } else {
-    run_direct(out, a, lda, w, ldw, m, k, n, depth);
+// out [m, n] contiguous = a [m, k] @ w^T in the form `form`, k in pieces of depth (the dot form:
+// all of k). The caller reads form() once and passes it: form() may answer kNone for a moment
+// before its answer is kept (oneDNN switched off by another thread), and an AVX2 CPU must never
+// reach the AVX-512 forms' code (review 45: SIGILL). kNone throws (callers fall back to at::mm).
+void run_kernel(Form form, uint16_t* out, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, int64_t m,
+                int64_t k, int64_t n, int64_t depth) {
+  switch (form) {
+    case Form::kDot: run_dot(out, a, lda, w, ldw, m, k, n); return;
+    case Form::kTransposed: run_transposed(out, a, lda, w, ldw, m, k, n, depth); return;
+    case Form::kDirect: run_direct(out, a, lda, w, ldw, m, k, n, depth); return;
+    default: TORCH_CHECK(false, "small matmul: no kernel form runs now (oneDNN switched off meanwhile?)");
   }
 }
 #else
 // Off x86-64 form() is kNone: nothing calls the kernel.
-void run_kernel(uint16_t*, const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, int64_t) {
+void run_kernel(Form, uint16_t*, const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t,
+                int64_t) {
   TORCH_INTERNAL_ASSERT(false, "the small-matmul kernel runs on x86-64 only");
 }
 #endif  // defined(__x86_64__)
@@ -543,11 +538,11 @@ void fill_activations(std::vector<uint16_t>& a, int kind, Bits& bits) {
 // which oneDNN's avx512_core_bf16 matmul blocks a longer K (seen on an AMD EPYC without AMX: 512
 // for one row of activations and for k <= 1024, else 1024). Which one oneDNN uses is its own
 // heuristic, so the probe tries each and keeps the first whose bits all match.
-std::vector<int64_t> candidate_depths(int64_t k) {
+std::vector<int64_t> candidate_depths(int64_t k, Form form) {
   std::vector<int64_t> depths;
-  if (form() == Form::kDot) return {k};  // at::mm's dot products sum all of k
+  if (form == Form::kDot) return {k};  // at::mm's dot products sum all of k
   // the direct form packs a piece at once: all of a long k would not stay in cache
-  if (form() == Form::kTransposed || k <= kMaxDirectDepth) depths.push_back(k);
+  if (form == Form::kTransposed || k <= kMaxDirectDepth) depths.push_back(k);
   for (const int64_t depth : {int64_t(512), int64_t(1024)}) {
     if (depth < k) depths.push_back(depth);
   }
@@ -562,7 +557,11 @@ int64_t probe(int64_t m, int64_t k, int64_t n) {
       c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
   Bits bits{uint64_t(m * 1000003 + k * 1009 + n) | 1};
   std::vector<uint16_t> a(size_t(m * k)), w(size_t(n * k)), mine(size_t(m * n));
-  std::vector<int64_t> depths = candidate_depths(k);  // those still matching
+  // The form once for the whole probe: an unsettled form() may answer kNone for a moment
+  // (oneDNN switched off by another thread); that throws, and the verdict is not kept.
+  const Form kernel_form = form();
+  TORCH_CHECK(kernel_form != Form::kNone, "small matmul probe: no kernel form runs now");
+  std::vector<int64_t> depths = candidate_depths(k, kernel_form);  // those still matching
   const auto options = at::TensorOptions().dtype(at::kBFloat16);
   // Two weights: values ~2^-40 with random mantissas (kinds 0-3), and a cancellation pattern
   // (kind 4): an eighth of entries +-2^20..2^26 among +-1..3, so that float32 partial sums
@@ -586,7 +585,7 @@ int64_t probe(int64_t m, int64_t k, int64_t n) {
         const at::Tensor expected = at::cpu::mm(ta, b);  // eager's kernel, without the dispatcher
         std::vector<int64_t> matching;
         for (const int64_t depth : depths) {
-          run_kernel(mine.data(), a.data(), k, w.data(), k, m, k, n, depth);
+          run_kernel(kernel_form, mine.data(), a.data(), k, w.data(), k, m, k, n, depth);
           if (std::memcmp(expected.const_data_ptr(), mine.data(), mine.size() * sizeof(uint16_t)) == 0) {
             matching.push_back(depth);
           }
@@ -701,9 +700,9 @@ bool run_if_layout_fits(at::Tensor& out, const at::Tensor& a, const at::Tensor& 
                     // threads write rows of out while others read rows of w
                     !spans_overlap(out, a) && !spans_overlap(out, b);
   if (!fits) return false;
-  kernel_calls.fetch_add(1, std::memory_order_relaxed);
-  run_kernel(static_cast<uint16_t*>(out.mutable_data_ptr()), static_cast<const uint16_t*>(a.const_data_ptr()),
+  run_kernel(form(), static_cast<uint16_t*>(out.mutable_data_ptr()), static_cast<const uint16_t*>(a.const_data_ptr()),
              m == 1 ? k : a.stride(0), static_cast<const uint16_t*>(b.const_data_ptr()), b.stride(1), m, k, n, depth);
+  kernel_calls.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

@@ -21,7 +21,8 @@ from conftest import regression_scripts, run_regression_script
 REGRESSIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "regressions")
 SMALL_MATMUL = {"mkldnn_disabled_raises.py", "probe_ignores_thread_count.py", "mkldnn_toggle_during_queued_mm.py",
                 "transient_flag_caches_false_verdict.py", "form_caches_none_after_transient_flag.py",
-                "narrow_long_weights_slow_and_memory.py", "one_row_nan_piece_order.py"}
+                "narrow_long_weights_slow_and_memory.py", "one_row_nan_piece_order.py",
+                "dot_form_race_sigill.py", "dot_form_flush_denormal_split.py"}
 assert SMALL_MATMUL <= set(regression_scripts(REGRESSIONS)), "a small-matmul repro was renamed or removed"
 
 
