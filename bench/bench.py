@@ -614,10 +614,13 @@ def main():
             f"{us(guard_us.get(('small', 'unguarded', world)))} | {small['unguarded', world][0]:.1f} | "
             f"{small['unguarded', world][0] / small['unguarded', 1][0]:.2f} | "
             f"{'yes' if small['unguarded', world][1] else 'NO'} |")
+    sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
+    import test_torchtitan
     lines += [
         "",
         "torchtitan's llama3 debug model (6M parameters; the runs of tests/distributed/test_torchtitan.py: "
-        "sequence 128, a local batch of 4, eager) on one rank and with FSDP2 on 2 ranks (global batch 8): "
+        f"sequence 128, a local batch of 4, `--training.mixed-precision-param {test_torchtitan.PRECISION}` (its PRECISION), "
+        "eager) on one rank and with FSDP2 on 2 ranks (global batch 8): "
         "tokens/s per rank as torchtitan logs it (`tps`), median of steps 3-10 of 2 rounds. Steps/s vs one "
         "rank = FSDP2's per-rank tokens/s / one rank's (a step of each rank is as many tokens); the "
         "2 ranks together process twice that many tokens per step.",
