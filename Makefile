@@ -155,8 +155,12 @@ test-python: build
 
 # The longer distributed cases (4 ranks, every transport, training, hosts in network
 # namespaces, killed ranks, torchtitan): CI runs them after `make test`.
+# torchtitan's runs (a minute each, most of them one rank) on two pytest-xdist workers, the rest
+# one at a time (their timeouts and killed ranks are timed).
+TITAN_TESTS := tests/distributed/test_torchtitan.py
 test-distributed: build torchtitan-venv
-	$(PY) -m pytest -q $(DURATIONS) tests -m distributed_extra
+	$(PY) -m pytest -q $(DURATIONS) tests -m distributed_extra --ignore=$(TITAN_TESTS)
+	$(PY) -m pytest -q $(DURATIONS) -n 2 --dist load $(TITAN_TESTS) -m distributed_extra
 
 # torchtitan for tests/distributed/test_torchtitan.py: the versions requirements-torchtitan.txt pins,
 # in a virtual environment layered on .venv (a .pth file adds .venv's site-packages after its own, so
@@ -195,8 +199,10 @@ vllm-venv: venv
 
 # vLLM's offline engine and OpenAI-compatible server on the neuron device against vLLM's own CPU run
 # (tests/vllm_serving). CI runs it.
+# On two pytest-xdist workers, each test to whichever is free: vLLM's engines wait much of the
+# time (8 of the tests: 172 s on two workers, 321 s one at a time, on 2 cores).
 test-vllm: build vllm-venv
-	$(VLLM_VENV)/bin/python -m pytest -q -rs $(DURATIONS) tests/vllm_serving
+	$(VLLM_VENV)/bin/python -m pytest -q -rs $(DURATIONS) -n 2 --dist load tests/vllm_serving
 
 # The suites whose bfloat16 results go through the CPU's matmul kernels, again as on other CPUs
 # (README "Supported CPUs"): oneDNN limited to AVX2 (on an AVX512-BF16 CPU: the small-matmul
