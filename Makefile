@@ -19,7 +19,7 @@ DEBIAN_PACKAGES := g++ cmake ninja-build libgtest-dev ccache
 SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/kernels/*.cpp csrc/kernels/*.h csrc/compile/*.cpp csrc/compile/*.h csrc/distributed/*.cpp csrc/distributed/*.h runtime/*.cpp runtime/*.h) setup.py pyproject.toml
 EXTENSION := python/torch_neuron_sim/_C.so.stamp
 
-.PHONY: demo test test-distributed torchtitan-venv vllm-venv test-vllm test-cpu-variants wheel test-wheel docs calibrate test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean fuzz
+.PHONY: demo test test-distributed test-distributed-core test-torchtitan torchtitan-venv vllm-venv test-vllm test-cpu-variants wheel test-wheel docs calibrate test-runtime test-runtime-sanitizers test-python test-python-guarded bench conformance deps venv build clean fuzz
 
 demo: build
 	$(PY) scripts/demo.py
@@ -155,11 +155,14 @@ test-python: build
 
 # The longer distributed cases (4 ranks, every transport, training, hosts in network
 # namespaces, killed ranks, torchtitan): CI runs them after `make test`.
-# torchtitan's runs (a minute each, most of them one rank) on two pytest-xdist workers, the rest
-# one at a time (their timeouts and killed ranks are timed).
+# In two parts, which CI runs as two steps: the cases other than torchtitan's, one at a time
+# (their timeouts and killed ranks are timed), and torchtitan's runs (a minute each, most of them
+# one rank) on two pytest-xdist workers.
 TITAN_TESTS := tests/distributed/test_torchtitan.py
-test-distributed: build torchtitan-venv
+test-distributed: test-distributed-core test-torchtitan
+test-distributed-core: build
 	$(PY) -m pytest -q $(DURATIONS) tests -m distributed_extra --ignore=$(TITAN_TESTS)
+test-torchtitan: build torchtitan-venv
 	$(PY) -m pytest -q $(DURATIONS) -n 2 --dist load $(TITAN_TESTS) -m distributed_extra
 
 # torchtitan for tests/distributed/test_torchtitan.py: the versions requirements-torchtitan.txt pins,
