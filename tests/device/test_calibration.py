@@ -13,9 +13,10 @@ pytest.importorskip("transformers")
 
 
 def test_the_stored_table_and_docs_are_current():
-    """Re-predicts every published row (about a minute) and compares with the committed files."""
+    """Re-predicts every published row (2-6 minutes on 2 busy cores: one Dynamo trace per
+    prediction) and compares with the committed files."""
     done = subprocess.run([sys.executable, "-m", "torch_neuron_sim.calibration", "--check"], capture_output=True,
-                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)
+                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=1500)
     assert done.returncode == 0, done.stderr
 
 
