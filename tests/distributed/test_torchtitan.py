@@ -34,6 +34,7 @@ import subprocess
 import time
 
 import pytest
+import torch
 
 from test_distributed import FOUR_CORES, clean_env, free_port
 
@@ -51,16 +52,11 @@ STEPS = 10
 
 
 def _bfloat16_matmuls_are_scalar_loops():
-    """An x86-64 CPU without AVX512-BW (an AVX2 one, as an AMD EPYC Zen 3): ATen runs no oneDNN for
-    bfloat16 matmuls there (mkldnn_bf16_device_check) but cpublas's scalar loops, on the CPU and on
+    """An x86-64 CPU without AVX-512 (F, BW, VL, DQ; an AVX2 one, as an AMD EPYC Zen 3): ATen runs
+    no oneDNN for bfloat16 matmuls there (mkldnn_bf16_device_check wants AVX-512 BW, VL and DQ,
+    which at::cpu::is_avx512_supported checks with F) but cpublas's scalar loops, on the CPU and on
     neuron alike (the same ATen kernels)."""
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return False
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "avx512bw" not in f.read().split()
-    except OSError:
-        return False
+    return platform.machine() in ("x86_64", "AMD64") and not torch.cpu._is_avx512_supported()
 
 
 # torchtitan trains under bfloat16 autocast by default (`--training.mixed-precision-param
