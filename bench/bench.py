@@ -302,6 +302,15 @@ def phases_lines(phase_ms):
     return lines
 
 
+def _torchtitan_tests():
+    """tests/distributed/test_torchtitan.py as a module: its Titan runner, modes and settings."""
+    path = os.path.join(ROOT, "tests", "distributed")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    import test_torchtitan
+    return test_torchtitan
+
+
 def torchtitan_data_parallel(rounds=2):
     """torchtitan's llama3 debug model (tests/distributed/test_torchtitan.py runs it, unchanged) on one
     rank and with FSDP2 on 2 ranks, on neuron and on the CPU (Gloo, as the tests' reference runs):
@@ -309,8 +318,7 @@ def torchtitan_data_parallel(rounds=2):
     `rounds` rounds, the four runs in turn in each. None when torchtitan is not installed."""
     import re
     import shutil
-    sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
-    import test_torchtitan
+    test_torchtitan = _torchtitan_tests()
     if not test_torchtitan._titan_installed():
         return None
     root = tempfile.mkdtemp(prefix="bench-torchtitan-")
@@ -614,12 +622,11 @@ def main():
             f"{us(guard_us.get(('small', 'unguarded', world)))} | {small['unguarded', world][0]:.1f} | "
             f"{small['unguarded', world][0] / small['unguarded', 1][0]:.2f} | "
             f"{'yes' if small['unguarded', world][1] else 'NO'} |")
-    sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
-    import test_torchtitan
+    precision = _torchtitan_tests().PRECISION
     lines += [
         "",
         "torchtitan's llama3 debug model (6M parameters; the runs of tests/distributed/test_torchtitan.py: "
-        f"sequence 128, a local batch of 4, `--training.mixed-precision-param {test_torchtitan.PRECISION}` (its PRECISION), "
+        f"sequence 128, a local batch of 4, `--training.mixed-precision-param {precision}` (its PRECISION), "
         "eager) on one rank and with FSDP2 on 2 ranks (global batch 8): "
         "tokens/s per rank as torchtitan logs it (`tps`), median of steps 3-10 of 2 rounds. Steps/s vs one "
         "rank = FSDP2's per-rank tokens/s / one rank's (a step of each rank is as many tokens); the "
