@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "HostWait.h"
 #include "NeuronLogging.h"
@@ -133,15 +134,20 @@ bool fusable_name(const char* name) {
     auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName(text.substr(0, dot), text.substr(dot + 1)));
     fusable = op && fusable_op(*op);
   } else {
-    // The direct path names an op without its overload ("aten::add", "aten::pow"): the
-    // overloads it runs are these.
-    for (const char* overload : {"", "Tensor", "Scalar", "Tensor_Scalar", "dim", "dim_IntList", "default"}) {
-      auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName(text, overload));
-      if (op && fusable_op(*op)) {
-        fusable = true;
-        break;
+    // The direct path names an op without its overload ("aten::add", "aten::pow"): fusable when
+    // an overload of that name is, every registered overload looked at (the tensor overloads of
+    // one name agree: add.Tensor, add.Scalar and add.out are tagged pointwise; only the Python
+    // number ones, add.int, are not, and never reach a device).
+    static const std::unordered_set<std::string> fusable_names = [] {
+      std::unordered_set<std::string> names;
+      for (const c10::OperatorName& registered : c10::Dispatcher::singleton().getAllOpNames()) {
+        if (names.count(registered.name)) continue;
+        auto op = c10::Dispatcher::singleton().findOp(registered);
+        if (op && fusable_op(*op)) names.insert(registered.name);
       }
-    }
+      return names;
+    }();
+    fusable = fusable_names.count(text) != 0;
   }
   known.emplace(name, fusable);
   return fusable;

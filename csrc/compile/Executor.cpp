@@ -227,7 +227,9 @@ void ProgramExecutor::build() {
           // thread count, and a program may run on a stream's worker with another count
           // (Note [Kernel threads]), or with oneDNN turned off meanwhile.
           step->direct = [=](const auto&, const Get& v) { direct::mm_out(const_cast<at::Tensor&>(v(out)), v(a), v(b), /*small=*/true); };
-          step->name = "aten::mm (brgemm)";  // as the profile shows it
+          // as the profile shows it: the kernel's form on this CPU (brgemm's transposed or direct
+          // form, or the AVX2 dot form), README "Supported CPUs"
+          step->name = "aten::mm (" + small_matmul_form() + ")";
         }
       }
     }
