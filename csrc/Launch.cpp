@@ -133,17 +133,20 @@ bool fusable_name(const char* name) {
   if (dot != std::string::npos) {
     auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName(text.substr(0, dot), text.substr(dot + 1)));
     fusable = op && fusable_op(*op);
+  } else if (auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName(text, ""))) {
+    fusable = fusable_op(*op);  // a name without a dot is its default overload's ("aten::max": the reduction)
   } else {
-    // The direct path names an op without its overload ("aten::add", "aten::pow"): fusable when
-    // an overload of that name is, every registered overload looked at (the tensor overloads of
-    // one name agree: add.Tensor, add.Scalar and add.out are tagged pointwise; only the Python
-    // number ones, add.int, are not, and never reach a device).
+    // A call site that names an op without its overload where it has no default one (the
+    // direct path's "aten::add", "aten::pow"): fusable when an overload of that name is, every
+    // registered overload looked at (the tensor overloads of such a name agree: add.Tensor,
+    // add.Scalar and add.out are tagged pointwise; only Python-number ones, add.int, are not, and
+    // never reach a device).
     static const std::unordered_set<std::string> fusable_names = [] {
       std::unordered_set<std::string> names;
       for (const c10::OperatorName& registered : c10::Dispatcher::singleton().getAllOpNames()) {
         if (names.count(registered.name)) continue;
-        auto op = c10::Dispatcher::singleton().findOp(registered);
-        if (op && fusable_op(*op)) names.insert(registered.name);
+        auto other = c10::Dispatcher::singleton().findOp(registered);
+        if (other && fusable_op(*other)) names.insert(registered.name);
       }
       return names;
     }();

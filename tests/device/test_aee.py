@@ -75,6 +75,32 @@ def test_a_group_is_one_launch_on_the_device_clock():
     assert fused["sum"] == plain["sum"]
 
 
+OVERLOADS = """
+import json, torch, torch_neuronx
+from torch_neuron_sim import _C
+x = torch.randn(64, 64, device="neuron")
+def step():
+    y = (x * 2).relu()         # 2 pointwise ops: 1 joins
+    m = y.max()                # aten::max (its default overload, a reduction the groups do not admit)
+    z = (y + 1).sigmoid()      # add (the direct path names it "aten::add", no overload) opens, sigmoid joins
+    return torch.max(z, y), m  # aten::max.other is pointwise: joins
+step(); torch.neuron.synchronize()
+_C._count_launches(True)
+step(); torch.neuron.synchronize()
+counts = _C._launch_counts()
+_C._count_launches(False)
+print(json.dumps({"counts": counts}))
+"""
+
+
+def test_an_op_name_without_overload_is_its_default_overload():
+    """A launch's name without an overload means the op's default overload where it has one
+    (aten::max: the reduction, not aten::max.other's elementwise maximum), and any overload of
+    the name where it has none (the direct path's aten::add)."""
+    counts = last_json(child(OVERLOADS, AEE))["counts"]
+    assert counts["fused"] == 3, counts
+
+
 def test_deterministic_algorithms_turn_it_off():
     code = CHAIN.replace("_C._count_launches(True)",
                          "torch.use_deterministic_algorithms(True)\n_C._count_launches(True)")
