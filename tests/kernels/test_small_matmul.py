@@ -241,8 +241,9 @@ def test_switch_off_keeps_at_mm():
 
 def test_program_profile_shows_the_kernel(tmp_path):
     """A decode-sized bfloat16 linear runs through the kernel (the profile names its steps by the
-    kernel's form on this CPU: "aten::mm (transposed)", "(direct)" or "(dot)"), a shape the probe rejects keeps at::mm, and NEURON_SIM_SMALL_MATMUL=0
-    keeps at::mm everywhere (as does a CPU without the kernel)."""
+    kernel's form on this CPU: "aten::mm (transposed)", "(direct)" or "(dot)"), a shape the probe
+    rejects keeps at::mm, and NEURON_SIM_SMALL_MATMUL=0 keeps at::mm everywhere (as does a CPU
+    without the kernel)."""
     from conftest import run_python
     code = """
 import torch, torch_neuronx
