@@ -1,7 +1,8 @@
 """`make bench`, Adaptive Eager Execution part (Note [Adaptive Eager Execution], csrc/Launch.h):
 greedy decode of the demo model on neuron in three eager modes, one child process each, driven
-call by call in a rotating order (bench.py's decode_modes): launch-blocking, asynchronous, and
-asynchronous with AEE (TORCH_NEURONX_ENABLE_CONCATENATION=1). Host tokens/s side by side, and the
+call by call in a rotating order (bench.py's decode_modes): launch-blocking, asynchronous,
+asynchronous with AEE (TORCH_NEURONX_ENABLE_CONCATENATION=1), and AEE with every op queued (the
+calling thread's own work alone: the bound on what moving kernels off it can gain). Host tokens/s side by side, and the
 device clock's predicted trn2 time per token of the same calls. Writes its own section of
 BENCHMARKS.md (replaced in place, the rest of the file kept), with the machine it ran on."""
 import argparse
@@ -29,10 +30,11 @@ def main():
     load_at_start = os.getloadavg()[0]
     rows = []
     for dtype in ("float32", "bfloat16"):
-        modes, ratio = decode_modes(dtype, args.tokens, args.calls, modes=("blocking", "async", "aee"))
-        blocking, plain, fused = modes["blocking"], modes["async"], modes["aee"]
+        modes, ratio = decode_modes(dtype, args.tokens, args.calls, modes=("blocking", "async", "aee", "queued"))
+        blocking, plain, fused, queued = modes["blocking"], modes["async"], modes["aee"], modes["queued"]
         rows.append(f"| {dtype} | {blocking[0]:.1f} | {plain[0]:.1f} | {fused[0]:.1f} | {ratio['async']:.2f} | "
-                    f"{ratio['aee']:.2f} (target >= 1.3) | {fused[5]:.1f} | {plain[3]:.2f} ({plain[4]:.0f}) | "
+                    f"{ratio['aee']:.2f} (target >= 1.3) | {queued[0]:.1f} ({ratio['queued']:.2f}) | "
+                    f"{fused[5]:.1f} | {plain[3]:.2f} ({plain[4]:.0f}) | "
                     f"{fused[3]:.2f} ({fused[4]:.0f}) | {plain[3] / fused[3]:.2f} (target >= 2) |")
     lines = [
         BEGIN,
@@ -48,15 +50,18 @@ def main():
         f"{os.getloadavg()[0]:.2f}.",
         "",
         "| dtype | launch-blocking tok/s | asynchronous tok/s | async + AEE tok/s | async / blocking "
-        "| async + AEE / blocking | ops per group (host) | predicted ms per token without AEE (launches) "
-        "| predicted with AEE (launches) | predicted without / with |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| async + AEE / blocking | every op queued tok/s (/ blocking) | ops per group (host) "
+        "| predicted ms per token without AEE (launches) | predicted with AEE (launches) | predicted without / with |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "On the host a group saves the hand-over of each op to the stream's worker, not the op's work; "
         "the demo model's decode step is mostly Python (Hugging Face's loop and the model's modules) on "
         "the calling thread, which no execution mode shortens, so the host gains are bounded by the "
-        "kernels' share of the step. On the device the eager step is launch-bound (about 270 µs per "
+        "kernels' share of the step. The column 'every op queued' (AEE with NEURON_SIM_INLINE_BYTES=0) "
+        "measures that bound: there the calling thread runs no kernel at all, only Python, PyTorch's "
+        "dispatch and the hand-over of each op. "
+        "On the device the eager step is launch-bound (about 270 µs per "
         "eager launch on trn2, docs/device-clock.md), and fusing the elementwise chains between the "
         "matmuls removes about two launches in three.",
         END,
