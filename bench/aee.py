@@ -1,9 +1,9 @@
 """`make bench`, Adaptive Eager Execution part (Note [Adaptive Eager Execution], csrc/Launch.h):
-greedy decode of the demo model on neuron in three eager modes, one child process each, driven
+greedy decode of the demo model on neuron in four eager modes, one child process each, driven
 call by call in a rotating order (bench.py's decode_modes): launch-blocking, asynchronous,
 asynchronous with AEE (TORCH_NEURONX_ENABLE_CONCATENATION=1), and AEE with every op queued (the
-calling thread's own work alone: the bound on what moving kernels off it can gain). Host tokens/s side by side, and the
-device clock's predicted trn2 time per token of the same calls. Writes its own section of
+calling thread's own work alone: the bound on what moving kernels off it can gain). Host
+tokens/s side by side, and the device clock's predicted trn2 time per token of the same calls. Writes its own section of
 BENCHMARKS.md (replaced in place, the rest of the file kept), with the machine it ran on."""
 import argparse
 import os

@@ -91,10 +91,10 @@ DECODE_MODES = {
     "blocking": {"NEURON_LAUNCH_BLOCKING": "1"},
     "async": {"NEURON_LAUNCH_BLOCKING": "0", "TORCH_NEURONX_ENABLE_CONCATENATION": "0"},
     "aee": {"NEURON_LAUNCH_BLOCKING": "0", "TORCH_NEURONX_ENABLE_CONCATENATION": "1"},
-    # AEE with every op queued (none run at the call, Note [Small ops on an idle stream]): the
-    # calling thread runs no kernel, only Python, PyTorch's dispatch and the hand-over
-    "queued": {"NEURON_LAUNCH_BLOCKING": "0", "TORCH_NEURONX_ENABLE_CONCATENATION": "1", "NEURON_SIM_INLINE_BYTES": "0"},
 }
+# AEE with every op queued (none run at the call, Note [Small ops on an idle stream]): the calling
+# thread runs no kernel, only Python, PyTorch's dispatch and the hand-over
+DECODE_MODES["queued"] = {**DECODE_MODES["aee"], "NEURON_SIM_INLINE_BYTES": "0"}
 
 
 def decode_modes(dtype, tokens, calls, modes=("async", "blocking")):
