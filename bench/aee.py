@@ -2,7 +2,8 @@
 greedy decode of the demo model on neuron in four eager modes, one child process each, driven
 call by call in a rotating order (bench.py's decode_modes): launch-blocking, asynchronous,
 asynchronous with AEE (TORCH_NEURONX_ENABLE_CONCATENATION=1), and AEE with every op queued (the
-calling thread's own work alone: the bound on what moving kernels off it can gain). Host
+calling thread's own work alone: the bound on what moving kernels off it can gain), beside the
+same decode in PyTorch's CPU eager mode (the reference: same kernels, same Python). Host
 tokens/s side by side, and the device clock's predicted trn2 time per token of the same calls. Writes its own section of
 BENCHMARKS.md (replaced in place, the rest of the file kept), with the machine it ran on."""
 import argparse
@@ -30,10 +31,13 @@ def main():
     load_at_start = os.getloadavg()[0]
     rows = []
     for dtype in ("float32", "bfloat16"):
-        modes, ratio = decode_modes(dtype, args.tokens, args.calls, modes=("blocking", "async", "aee", "queued"))
+        modes, ratio = decode_modes(dtype, args.tokens, args.calls,
+                                    modes=("blocking", "async", "aee", "queued", "cpu"))
         blocking, plain, fused, queued = modes["blocking"], modes["async"], modes["aee"], modes["queued"]
+        cpu = modes["cpu"]
         rows.append(f"| {dtype} | {blocking[0]:.1f} | {plain[0]:.1f} | {fused[0]:.1f} | {ratio['async']:.2f} | "
                     f"{ratio['aee']:.2f} (target >= 1.3) | {queued[0]:.1f} ({ratio['queued']:.2f}) | "
+                    f"{cpu[0]:.1f} ({ratio['cpu']:.2f}) | "
                     f"{fused[5]:.1f} | {plain[3]:.2f} ({plain[4]:.0f}) | "
                     f"{fused[3]:.2f} ({fused[4]:.0f}) | {plain[3] / fused[3]:.2f} (target >= 2) |")
     lines = [
@@ -50,9 +54,10 @@ def main():
         f"{os.getloadavg()[0]:.2f}.",
         "",
         "| dtype | launch-blocking tok/s | asynchronous tok/s | async + AEE tok/s | async / blocking "
-        "| async + AEE / blocking | every op queued tok/s (/ blocking) | ops per group (host) "
+        "| async + AEE / blocking | every op queued tok/s (/ blocking) | PyTorch CPU eager tok/s (/ blocking) "
+        "| ops per group (host) "
         "| predicted ms per token without AEE (launches) | predicted with AEE (launches) | predicted without / with |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "On the host a group saves the hand-over of each op to the stream's worker, not the op's work; "
@@ -60,7 +65,9 @@ def main():
         "the calling thread, which no execution mode shortens, so the host gains are bounded by the "
         "kernels' share of the step. The column 'every op queued' (AEE with NEURON_SIM_INLINE_BYTES=0) "
         "measures that bound: there the calling thread runs no kernel at all, only Python, PyTorch's "
-        "dispatch and the hand-over of each op. "
+        "dispatch and the hand-over of each op. The column 'PyTorch CPU eager' is the same decode on "
+        "device cpu (the ATen kernels the simulator runs, the same Python, no device): launch-blocking "
+        "runs near it, and an asynchronous mode can pass it only by the kernels' share of its step. "
         "On the device the eager step is launch-bound (about 270 µs per "
         "eager launch on trn2, docs/device-clock.md), and fusing the elementwise chains between the "
         "matmuls removes about two launches in three.",

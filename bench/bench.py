@@ -95,6 +95,10 @@ DECODE_MODES = {
 # AEE with every op queued (none run at the call, Note [Small ops on an idle stream]): the calling
 # thread runs no kernel, only Python, PyTorch's dispatch and the hand-over
 DECODE_MODES["queued"] = {**DECODE_MODES["aee"], "NEURON_SIM_INLINE_BYTES": "0"}
+# The reference: the same decode in PyTorch's own CPU eager mode (the device the simulator's kernels
+# come from), with the same thread count; launch-blocking keeps the idle runtime's worker asleep
+DECODE_MODES["cpu"] = {"NEURON_LAUNCH_BLOCKING": "1"}
+DECODE_DEVICES = {"cpu": "cpu"}  # the others run on neuron
 
 
 def decode_modes(dtype, tokens, calls, modes=("async", "blocking")):
@@ -107,7 +111,8 @@ def decode_modes(dtype, tokens, calls, modes=("async", "blocking")):
     for mode in modes:
         logs[mode] = tempfile.TemporaryFile("w+")
         children[mode] = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "decode_mode.py"), "--dtype", dtype, "--tokens", str(tokens)],
+            [sys.executable, os.path.join(HERE, "decode_mode.py"), "--dtype", dtype, "--tokens", str(tokens),
+             "--device", DECODE_DEVICES.get(mode, "neuron")],
             env=dict(os.environ, **DECODE_MODES[mode]), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=logs[mode], text=True)
 
@@ -115,7 +120,10 @@ def decode_modes(dtype, tokens, calls, modes=("async", "blocking")):
         children[mode].kill()
         children[mode].wait()
         logs[mode].seek(0)
-        settings = ", ".join(f"{name}={value}" for name, value in DECODE_MODES[mode].items())
+        settings = [f"{name}={value}" for name, value in DECODE_MODES[mode].items()]
+        if mode in DECODE_DEVICES:
+            settings.append(f"device {DECODE_DEVICES[mode]}")
+        settings = ", ".join(settings)
         return RuntimeError(f"decode_mode.py ({dtype}, {settings}) {what}; its stderr:\n"
                             + logs[mode].read()[-3000:])
 

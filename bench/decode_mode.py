@@ -1,6 +1,7 @@
 """One side of the asynchronous-vs-launch-blocking decode benchmark. bench/bench.py starts one
 child per mode (the mode is fixed when the runtime starts) and alternates them call by call:
-each line read on stdin runs one greedy decode of the demo model on neuron and answers
+each line read on stdin runs one greedy decode of the demo model on neuron (--device cpu: in
+PyTorch's own CPU eager mode, the reference; no predicted time there) and answers
 "<seconds> <host waits> <seconds the host was blocked in them> <predicted device ms> <launches>
 <concatenation groups> <ops in them>" (the predicted Trainium time and the launches of the call, the
 groups of Note [Adaptive Eager Execution]; the predicted time is nan where bench/clock_overhead.py
@@ -24,12 +25,13 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--device", default="neuron", choices=("neuron", "cpu"))
     args = parser.parse_args()
     model = AutoModelForCausalLM.from_pretrained(os.path.join(HERE, "..", "demo", "model"),
-                                                 dtype=getattr(torch, args.dtype), device_map="neuron")
-    ids = torch.tensor([[1, 300, 301, 302, 303, 304, 305, 306]], device="neuron")
+                                                 dtype=getattr(torch, args.dtype), device_map=args.device)
+    ids = torch.tensor([[1, 300, 301, 302, 303, 304, 305, 306]], device=args.device)
     counters = torch_neuronx._sim._C.stream_counters
-    clock_on = os.environ.get("NEURON_SIM_DEVICE_CLOCK", "1") != "0"
+    clock_on = os.environ.get("NEURON_SIM_DEVICE_CLOCK", "1") != "0" and args.device == "neuron"
     device_time = torch_neuronx.device_time if clock_on else (lambda: float("nan"))
 
     def generate():

@@ -2,6 +2,7 @@
 work depends on how many processes share the host (review 7c, finding 1: a 1 ms poll per rank
 took another rank's core, tensor-parallel generate 0.7x with 2 ranks on 2 cores), and
 NEURON_SIM_IDLE_POLL_US sets it. Also the benchmark's driver surfaces a child's error."""
+import json
 import os
 import subprocess
 import sys
@@ -42,6 +43,21 @@ def test_bench_decode_modes_reports_a_failing_child():
     assert ("decode_mode.py (no_such_dtype, NEURON_LAUNCH_BLOCKING=0, TORCH_NEURONX_ENABLE_CONCATENATION=0) "
             "failed to start") in out.stdout, out.stderr[-2000:]
     assert "AttributeError" in out.stdout and "no_such_dtype" in out.stdout
+
+
+def test_bench_cpu_reference_decodes_on_cpu():
+    # bench/aee.py's reference column: the same decode in PyTorch's CPU eager mode. Its child must
+    # run on device cpu (no neuron launch, no predicted device time), the others on neuron
+    code = ("import sys, json; sys.path.insert(0, %r); import bench\n"
+            "medians, ratios = bench.decode_modes('float32', 2, 2, modes=('blocking', 'cpu'))\n"
+            "print(json.dumps({m: list(v) for m, v in medians.items()}))\n") % os.path.join(ROOT, "bench")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    medians = json.loads(out.stdout.splitlines()[-1])
+    tokens_per_second, launches_per_token, predicted_ms = 0, 4, 3
+    assert medians["cpu"][tokens_per_second] > 0 and medians["blocking"][tokens_per_second] > 0
+    assert medians["cpu"][launches_per_token] == 0 and medians["cpu"][predicted_ms] != medians["cpu"][predicted_ms]
+    assert medians["blocking"][launches_per_token] > 10 and medians["blocking"][predicted_ms] > 0
 
 
 def test_bench_rewrites_its_part_and_keeps_the_other_scripts_sections(tmp_path):
