@@ -4,8 +4,9 @@ call by call in a rotating order (bench.py's decode_modes): launch-blocking, asy
 asynchronous with AEE (TORCH_NEURONX_ENABLE_CONCATENATION=1), and AEE with every op queued (the
 calling thread's own work alone: the bound on what moving kernels off it can gain), beside the
 same decode in PyTorch's CPU eager mode (the reference: same kernels, same Python). Host
-tokens/s side by side, and the device clock's predicted trn2 time per token of the same calls. Writes its own section of
-BENCHMARKS.md (replaced in place, the rest of the file kept), with the machine it ran on."""
+tokens/s side by side, and the device clock's predicted trn2 time per token of the same calls.
+Writes its own section of BENCHMARKS.md (replaced in place, the rest of the file kept), with the
+machine it ran on."""
 import argparse
 import os
 import platform
@@ -66,8 +67,9 @@ def main():
         "kernels' share of the step. The column 'every op queued' (AEE with NEURON_SIM_INLINE_BYTES=0) "
         "measures that bound: there the calling thread runs no kernel at all, only Python, PyTorch's "
         "dispatch and the hand-over of each op. The column 'PyTorch CPU eager' is the same decode on "
-        "device cpu (the ATen kernels the simulator runs, the same Python, no device): launch-blocking "
-        "runs near it, and an asynchronous mode can pass it only by the kernels' share of its step. "
+        "device cpu (the ATen kernels the simulator runs, the same Python, no device): the bar for the "
+        "simulator's own per-op work, which an asynchronous mode can pass only by the kernels' share of "
+        "its step. "
         "On the device the eager step is launch-bound (about 270 µs per "
         "eager launch on trn2, docs/device-clock.md), and fusing the elementwise chains between the "
         "matmuls removes about two launches in three.",
